@@ -1,0 +1,25 @@
+# `make test` and `make run` are the two commands a user needs; both set up .venv on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup test baselines clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned here only (the CPU wheel); Colab keeps its own torch.
+	$(PY) -m pip install -q torch==2.13.0 -r requirements.txt -r requirements-dev.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+baselines: $(STAMP)
+	$(PY) -m lib baselines --env polyguard --split holdout --episodes 500 --seed 0 --out outputs/baselines_holdout.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache

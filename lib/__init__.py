@@ -1,0 +1,1 @@
+"""The workbook's package: everything a notebook or `python -m lib <verb>` calls."""

@@ -1,0 +1,65 @@
+"""`python -m lib baselines`: every baseline and trivial policy over N episodes, with bootstrap CIs and the
+environment's speed in steps per second (measured on heuristic rollouts in one process)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .envs import make_env
+from .io import atomic_write_text
+from .policies import ALL_POLICIES, make_policy
+from .rollouts import run_episode
+from .stats import bootstrap_ci
+
+
+def evaluate_policy(env, policy_name: str, seeds, split: str) -> dict:
+    policy = make_policy(policy_name)
+    episodes = [run_episode(env, policy, s, split) for s in seeds]
+    returns = [e.episode_return for e in episodes]
+    steps = sum(e.steps for e in episodes)
+    lo, hi = bootstrap_ci(returns)
+    return {
+        "mean_return": float(np.mean(returns)),
+        "ci95": [lo, hi],
+        "mean_steps": steps / len(episodes),
+        "invalid_rate": sum(e.invalid for e in episodes) / steps,
+        "returns": {str(e.seed): e.episode_return for e in episodes},
+    }
+
+
+def steps_per_second(env, seeds, split: str) -> float:
+    policy = make_policy("heuristic")
+    start, steps = time.perf_counter(), 0
+    for seed in seeds:
+        steps += run_episode(env, policy, seed, split).steps
+    return steps / (time.perf_counter() - start)
+
+
+def run_baselines(env_name: str, split: str, episodes: int, seed: int, policies=None) -> dict:
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    env = make_env(env_name)
+    seeds = range(seed, seed + episodes)
+    names = list(policies or ALL_POLICIES)
+    results = {name: evaluate_policy(env, name, seeds, split) for name in tqdm(names, desc=f"baselines/{split}")}
+    return {"env": env_name, "split": split, "episodes": episodes, "seed": seed, "policies": results,
+            "env_steps_per_second": steps_per_second(env, seeds, split)}
+
+
+def format_table(report: dict) -> str:
+    rows = sorted(report["policies"].items(), key=lambda kv: -kv[1]["mean_return"])
+    lines = [f"{report['env']} / {report['split']} / {report['episodes']} episodes",
+             f"{'policy':<20}{'mean_return':>12}{'ci95':>18}{'steps':>8}{'invalid':>9}"]
+    for name, r in rows:
+        ci = "[{:.3f}, {:.3f}]".format(*r["ci95"])
+        lines.append(f"{name:<20}{r['mean_return']:>12.3f}{ci:>18}{r['mean_steps']:>8.2f}{r['invalid_rate']:>9.3f}")
+    lines.append(f"env steps/second (heuristic rollouts): {report['env_steps_per_second']:,.0f}")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, out: Path) -> None:
+    atomic_write_text(Path(out), json.dumps(report, indent=2))

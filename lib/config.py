@@ -1,0 +1,174 @@
+"""The one run configuration: a pydantic `RunConfig` (unknown keys rejected) loaded from lib/profiles/*.yaml.
+
+Used by every stage (`python -m lib stage ...`, `python -m lib run ...`) and every notebook's parameters.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CorpusConfig(Strict):
+    sft_episodes: int = Field(ge=1, description="heuristic-teacher episodes on train seeds for SFT")
+    grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
+    grpo_rollout_policies: list[str] = ["heuristic", "evidence_expert", "random"]
+    seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
+    hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
+    hf_instruction_rows: int = Field(200, ge=1)
+    label_augmentation: bool = False  # openFDA drug-label text, cached on disk
+    label_cache_dir: str = "outputs/.label_cache"
+    expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
+
+
+class TinyModelConfig(Strict):
+    hidden_size: int = Field(128, ge=16)
+    intermediate_size: int = Field(256, ge=16)
+    num_hidden_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    vocab_size: int = Field(2000, ge=300)
+    max_position_embeddings: int = Field(2048, ge=256)
+
+
+class LoraConfig(Strict):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ModelConfig(Strict):
+    name: str = Field(description="'tiny' (built offline from config) or a hub id / local folder")
+    tiny: TinyModelConfig = TinyModelConfig()
+    lora: LoraConfig = LoraConfig()
+    sft_full_finetune: bool = Field(True, description="tiny: train all weights in SFT (from scratch)")
+    use_unsloth: Literal["auto", "never"] = "auto"
+    load_in_4bit: bool = False
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+
+class SFTStageConfig(Strict):
+    epochs: float = Field(gt=0)
+    batch_size: int = Field(ge=1)
+    grad_accum: int = Field(1, ge=1)
+    learning_rate: float = Field(gt=0)
+    max_length: int = Field(1024, ge=64)
+    logging_steps: int = Field(10, ge=1)
+
+
+class GRPOStageConfig(Strict):
+    max_steps: int = Field(ge=1)
+    num_generations: int = Field(ge=4)
+    batch_size: int = Field(ge=1, description="prompts x generations per step must divide by num_generations")
+    learning_rate: float = Field(gt=0)
+    max_completion_length: int = Field(16, ge=4)
+    max_prompt_length: int = Field(1024, ge=64, description="longer prompts are an error, never truncated")
+    temperature: float = Field(1.0, gt=0)
+    beta: float = Field(0.0, ge=0)
+    reference_policy: str = "heuristic"
+    blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
+    checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
+    logging_steps: int = Field(1, ge=1)
+    sample_completions: int = Field(4, ge=0)
+
+    @model_validator(mode="after")
+    def _divisible(self):
+        if self.batch_size % self.num_generations:
+            raise ValueError(f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})")
+        return self
+
+
+class EvalConfig(Strict):
+    episodes: int = Field(ge=1)
+    train_episodes: int = Field(ge=1)
+    splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
+    bootstrap_resamples: int = Field(2000, ge=100)
+
+
+class ExportConfig(Strict):
+    push_to_hub: bool = False
+    hub_repo: str | None = None
+    check_prompts: int = Field(8, ge=1)
+    postsave_episodes: int = Field(20, ge=1)
+
+
+class RunConfig(Strict):
+    profile: str
+    env: Literal["polyguard"] = "polyguard"
+    seed: int = 0
+    deterministic: bool = True
+    output_root: str = "outputs"
+    corpus: CorpusConfig
+    model: ModelConfig
+    sft: SFTStageConfig
+    grpo: GRPOStageConfig
+    eval: EvalConfig
+    export: ExportConfig = ExportConfig()
+
+
+class ConfigError(ValueError):
+    """A profile or override is malformed; the message names every offending key."""
+
+
+def _explain(error: ValidationError, source: str) -> ConfigError:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<root>"
+        kind = {"extra_forbidden": "unknown key", "missing": "missing required key"}.get(item["type"], item["msg"])
+        lines.append(f"  {key}: {kind}" + (f" (got {item['input']!r})" if item["type"] not in ("missing",) and not isinstance(item.get("input"), dict) else ""))
+    return ConfigError(f"invalid config from {source}:\n" + "\n".join(lines))
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def dotted_to_nested(overrides: dict[str, Any]) -> dict:
+    """{'grpo.max_steps': 5} -> {'grpo': {'max_steps': 5}}"""
+    nested: dict = {}
+    for dotted, value in overrides.items():
+        node = nested
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_config(profile: str | Path = "cpu-smoke", overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Load a profile by name (lib/profiles/NAME.yaml) or path, apply dotted overrides, validate."""
+    path = Path(profile)
+    if path.suffix not in (".yaml", ".yml"):
+        path = PROFILES_DIR / f"{profile}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown profile {str(profile)!r}; available: {available_profiles()}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    data = _merge(raw, dotted_to_nested(overrides or {}))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise _explain(error, str(path) + (f" with overrides {overrides}" if overrides else "")) from None

@@ -1,0 +1,165 @@
+"""Stage `corpus`: SFT transcripts from the heuristic teacher and GRPO prompts sampled from rollouts at every
+episode position, all on `train` seeds. Every file is fingerprinted (sha256) into the run manifest.
+
+`python -m lib stage corpus --profile P --run-dir outputs/<id>`; notebook 01_build_corpus calls the same code.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .config import RunConfig
+from .envs import make_env
+from .envs.base import format_action
+from .io import atomic_write_text
+from .models import sha256_file
+from .policies import make_policy
+from .rollouts import action_return, run_episode
+from .runs import Run
+
+INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
+
+
+class CorpusHashError(RuntimeError):
+    """A corpus file's sha256 differs from the config's expected_hash."""
+
+
+def _write_jsonl(path: Path, rows) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sft_rows(env, seeds) -> list[dict]:
+    teacher = make_policy("heuristic")
+    rows = []
+    for seed in seeds:
+        episode = run_episode(env, teacher, seed, "train", keep_transitions=True)
+        for position, t in enumerate(episode.transitions):
+            rows.append({"prompt": env.render(t["observation"]),
+                         "completion": [{"role": "assistant", "content": t["action"]}],
+                         "seed": seed, "split": "train", "position": position})
+    return rows
+
+
+def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random) -> tuple[list[dict], dict]:
+    """States from rollouts of several policies, at every position, kept when the choice there matters."""
+    reference_policy = make_policy(reference)
+    by_position: dict[int, list[dict]] = {}
+    seen = examined = 0
+    for seed in seeds:
+        for name in policies:
+            episode = run_episode(env, make_policy(name), seed, "train", keep_transitions=True)
+            for position, t in enumerate(episode.transitions):
+                seen += 1
+                state = {"seed": seed, "split": "train", "history": t["history"], "position": position}
+                by_position.setdefault(position, []).append((state, t["observation"]))
+    rows = []
+    positions = sorted(by_position)
+    for bucket in by_position.values():
+        rng.shuffle(bucket)
+    # round-robin over positions so late-episode states are as present as first steps
+    while len(rows) < n_prompts and any(by_position.values()):
+        for position in positions:
+            if not by_position[position] or len(rows) >= n_prompts:
+                continue
+            state, observation = by_position[position].pop()
+            examined += 1
+            scores = [action_return(env, state["seed"], "train", state["history"], format_action(c.id), reference_policy)[0]
+                      for c in observation.candidates]
+            if max(scores) - min(scores) >= INFORMATIVE_SPREAD:
+                rows.append({**state, "prompt": env.render(observation), "best_return": max(scores)})
+    stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
+             "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
+    return rows, stats
+
+
+def _optional_hf_instructions(config: RunConfig) -> tuple[list[dict], str]:
+    name = config.corpus.hf_instruction_dataset
+    if not name:
+        return [], "skipped: disabled in config"
+    try:
+        from datasets import load_dataset
+
+        data = load_dataset(name, split=f"train[:{config.corpus.hf_instruction_rows}]")
+    except Exception as error:  # offline, unknown dataset, auth: all mean "not used", said plainly
+        return [], f"skipped: could not load {name!r} ({type(error).__name__}: {str(error)[:160]})"
+    if "messages" not in data.column_names:
+        return [], f"skipped: {name!r} has no 'messages' column"
+    return [{"messages": m} for m in data["messages"]], f"used: {len(data)} rows from {name}"
+
+
+OPENFDA_LABEL_URL = "https://api.fda.gov/drug/label.json?search=openfda.generic_name:{drug}&limit=1"
+
+
+def _optional_label_augmentation(config: RunConfig, drugs: list[str], url: str = OPENFDA_LABEL_URL) -> tuple[list[str], str]:
+    if not config.corpus.label_augmentation:
+        return [], "skipped: disabled in config"
+    cache = Path(config.corpus.label_cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    texts = []
+    for drug in drugs:
+        cached = cache / f"{drug}.json"
+        if not cached.exists():
+            try:
+                with urllib.request.urlopen(url.format(drug=drug), timeout=5) as response:
+                    atomic_write_text(cached, response.read().decode("utf-8"))
+            except Exception as error:
+                return [], f"skipped: drug-label API unreachable ({type(error).__name__}: {str(error)[:120]})"
+        label = json.loads(cached.read_text()).get("results", [{}])[0]
+        texts += label.get("drug_interactions", [])[:1]
+    return texts, f"used: {len(texts)} label sections for {len(drugs)} drugs"
+
+
+def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> list[str]:
+    """Raise on a mismatch with expected_hash; without one, return drift warnings to print."""
+    if expected is None:
+        return [f"corpus hashes are not pinned (corpus.expected_hash unset); this run's: {hashes}"]
+    bad = {name: (expected[name], hashes.get(name)) for name in expected if hashes.get(name) != expected[name]}
+    if bad:
+        raise CorpusHashError("corpus drifted from corpus.expected_hash: " +
+                              "; ".join(f"{n}: expected {e[:12]}…, got {(g or 'missing')[:12]}…" for n, (e, g) in bad.items()))
+    return []
+
+
+def run_corpus(config: RunConfig, run: Run) -> dict:
+    started = time.time()
+    env = make_env(config.env)
+    out = run.stage_dir("corpus")
+    c = config.corpus
+    sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
+    # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
+    grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
+    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"))
+    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
+                                 c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed))
+    extras = {}
+    instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
+    labels, extras["label_augmentation"] = _optional_label_augmentation(config, sorted(env.kb.drugs))
+    for name, status in extras.items():
+        print(f"corpus extra {name}: {status}")
+    _write_jsonl(out / "sft.jsonl", sft)
+    _write_jsonl(out / "grpo_prompts.jsonl", grpo)
+    files = ["sft.jsonl", "grpo_prompts.jsonl"]
+    if instructions:
+        _write_jsonl(out / "hf_instructions.jsonl", instructions)
+        files.append("hf_instructions.jsonl")
+    if labels:
+        _write_jsonl(out / "label_texts.jsonl", [{"text": t} for t in labels])
+        files.append("label_texts.jsonl")
+    hashes = {name: sha256_file(out / name) for name in files}
+    for warning in check_hashes(hashes, c.expected_hash):
+        print(f"warning: {warning}")
+    run.update_manifest(corpus_hashes=hashes, corpus_extras=extras)
+    return run.stage_done("corpus", started=started, params=c.model_dump(mode="json"), inputs={"env": config.env},
+                          outputs={name: str(out / name) for name in files},
+                          metrics={"sft_rows": len(sft), "sft_episodes": c.sft_episodes, "grpo_prompts": len(grpo),
+                                   **grpo_stats, "hashes": hashes, "extras": extras})

@@ -1,0 +1,321 @@
+"""PolyGuard: a multi-step medication-review environment.
+
+Used by `python -m lib baselines`, the corpus, GRPO rewards and evaluation. Each step shows the patient, the
+regimen, the evidence gathered so far and a shuffled set of candidate actions with ids; the policy answers
+with one JSON object naming a candidate.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from .kb import KnowledgeBase, default_kb
+from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
+from .scenario import Patient, Problem, detect_problems, generate, renal_applies
+
+MAX_CONSECUTIVE_INVALID = 3
+ACTION_TEXT = {"gather": "gather evidence on {}", "stop": "stop {}", "substitute": "substitute {} with {}",
+               "reduce": "reduce dose of {}", "monitor": "order monitoring for {}", "review": "request pharmacist review",
+               "finish": "finish review"}
+MAX_ALTERNATIVES_SHOWN = 2
+
+SYSTEM_PROMPT = (
+    "You review medication safety. Gather evidence before changing a drug; prefer a safe substitute to stopping "
+    "a needed drug; reduce doses kidney function requires; monitor moderate interactions; finish only when no "
+    'major risk remains. Reply with one JSON object naming one candidate: {"action": "<candidate>"}'
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    drug: str
+    kind: str  # interaction | renal | contraindication | duplicate | alternative | clear
+    other: str  # the other drug, the condition, or ""
+    detail: str  # severity, renal action, class, or screening verdict ("ok" or the problem)
+    text: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    patient: Patient
+    regimen: tuple[tuple[str, str, str], ...]  # (drug, dose, indication)
+    evidence: tuple[Finding, ...]
+    monitored: tuple[str, ...]
+    notes: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    step: int
+    budget: int
+
+
+class PolyGuardEnv(Environment):
+    name = "polyguard"
+    invalid_penalty = INVALID_PENALTY
+    weights = WEIGHTS
+
+    def __init__(self, kb: KnowledgeBase | None = None):
+        self.kb = kb or default_kb()
+        self._done = True
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def reset(self, seed: int, split: str) -> Observation:
+        internal = split_seed(seed, split)
+        scenario = generate(self.kb, internal, novel=split == "holdout_novel")
+        self.seed, self.split, self._internal = seed, split, internal
+        self.patient = scenario.patient
+        self.regimen: dict[str, str] = dict.fromkeys(scenario.regimen, "standard")
+        self.initial_regimen = tuple(scenario.regimen)
+        self.initial_problems = detect_problems(self.kb, self.patient, self.regimen)
+        self.budget = 2 * len(self.regimen) + 4
+        self.gathered: set[str] = set()
+        self.monitored: set[str] = set()
+        self.notes: list[str] = []
+        self.history: list[str] = []
+        self._executed: set[tuple] = set()
+        self._seen_regimens = {self._signature()}
+        self._steps = self._valid = self._consecutive_invalid = 0
+        self._reviewed = False
+        self._total = 0.0
+        self._done = False
+        self._evidence_cache: dict[str, tuple[Finding, ...]] = {}
+        self._obs = self._observe()
+        return self._obs
+
+    def step(self, action_text: str) -> StepResult:
+        if self._done:
+            raise RuntimeError("episode is over: call reset() first")
+        parsed = parse_action(action_text, self._obs.candidates)
+        self._steps += 1
+        self._regimen_changed = False
+        exploit = None
+        end_reason = None
+        if isinstance(parsed, Invalid):
+            self.history.append("")  # any invalid text replays identically
+            self._consecutive_invalid += 1
+            reward = INVALID_PENALTY
+            info: dict[str, Any] = {"invalid": parsed.reason}
+            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+                end_reason = "invalid_limit"
+        else:
+            self.history.append(action_text.strip())
+            self._valid += 1
+            self._consecutive_invalid = 0
+            reward = 0.0
+            candidate = parsed.candidate
+            info = {"action": candidate.text, "action_key": list(candidate.key)}
+            exploit, end_reason = self._apply(candidate)
+        if end_reason is None and self._steps >= self.budget:
+            end_reason = "budget"
+        components: dict[str, float] = {}
+        if end_reason is not None:
+            self._done = True
+            if end_reason == "invalid_limit":
+                terminal = 0.0  # an episode lost to garbage output earns nothing
+                components = {"invalid_limit": 1.0}
+            else:
+                components, final = terminal_components(
+                    self.kb, self.patient, self.initial_regimen, self.initial_problems, self.regimen,
+                    self.monitored, steps=self._steps, budget=self.budget, valid=self._valid,
+                    gathered_any=bool(self.gathered), exploit=exploit)
+                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
+                info["problems_final"] = [p.__dict__ for p in sorted(final, key=_problem_key)]
+            reward += terminal
+            info.update(end_reason=end_reason, exploit=exploit, terminal_reward=terminal,
+                        problems_initial=[p.__dict__ for p in sorted(self.initial_problems, key=_problem_key)])
+        self._total += reward
+        if self._done:
+            info["episode_return"] = min(1.0, max(0.0, self._total))
+        else:
+            if self._regimen_changed:
+                self._evidence_cache.clear()
+            self._obs = self._observe()
+        return StepResult(self._obs, reward, self._done, components, info)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "env": self.name, "seed": self.seed, "split": self.split, "step": self._steps, "budget": self.budget,
+            "done": self._done, "history": list(self.history), "regimen": dict(self.regimen),
+            "gathered": sorted(self.gathered), "monitored": sorted(self.monitored),
+            "patient": self.patient.__dict__, "problems": [p.__dict__ for p in sorted(self.current_problems(), key=_problem_key)],
+            "return_so_far": self._total,
+        }
+
+    def restore(self, seed: int, split: str, history: list[str]) -> Observation:
+        """Rebuild a mid-episode state by replaying its action history (used by GRPO step mode)."""
+        obs = self.reset(seed, split)
+        for text in history:
+            result = self.step(text)
+            if result.done:
+                raise ValueError(f"history ends the episode at step {self._steps}; cannot restore past it")
+            obs = result.observation
+        return obs
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def current_problems(self) -> frozenset[Problem]:
+        """Hidden state: the problems in the current regimen (the oracle may read this; models may not)."""
+        return detect_problems(self.kb, self.patient, self.regimen)
+
+    def render(self, observation: Observation) -> list[dict[str, str]]:
+        return render(observation)
+
+    # ---- dynamics -------------------------------------------------------------------------------
+    def _signature(self) -> tuple:
+        return tuple(sorted(self.regimen.items()))
+
+    def _apply(self, candidate: Candidate) -> tuple[str | None, str | None]:
+        """Apply a legal action. Returns (exploit, end_reason)."""
+        kind, args = candidate.kind, candidate.args
+        if candidate.key in self._executed and kind != "finish":
+            return ("review_abuse" if kind == "review" else "loop"), "exploit"
+        self._executed.add(candidate.key)
+        if kind == "finish":
+            return None, "finish"
+        if kind == "gather":
+            self.gathered.add(args[0])
+        elif kind == "review":
+            self._reviewed = True
+            self._review()
+        elif kind == "monitor":
+            self.monitored.add(args[0])
+        else:
+            drug = args[0]
+            if kind == "stop":
+                del self.regimen[drug]
+            elif kind == "reduce":
+                self.regimen[drug] = "reduced"
+            elif kind == "substitute":
+                self.regimen = {(args[1] if d == drug else d): ("standard" if d == drug else dose)
+                                for d, dose in self.regimen.items()}
+            self.monitored.discard(drug)
+            self._regimen_changed = True
+            signature = self._signature()
+            if signature in self._seen_regimens:
+                return "loop", "exploit"
+            self._seen_regimens.add(signature)
+        return None, None
+
+    def _review(self) -> None:
+        """A pharmacist points at the most serious open problem and its drugs' evidence is revealed."""
+        problems = sorted(self.current_problems(), key=lambda p: (not p.is_major, _problem_key(p)))
+        if not problems:
+            self.notes.append("pharmacist review: no further concerns")
+            return
+        target = problems[0]
+        self.notes.append(f"pharmacist review: check {' and '.join(target.drugs)}")
+        self.gathered.update(target.drugs)
+
+    # ---- observation ----------------------------------------------------------------------------
+    def _evidence(self, drug: str) -> tuple[Finding, ...]:
+        cached = self._evidence_cache.get(drug)
+        if cached is not None:
+            return cached
+        kb, patient = self.kb, self.patient
+        findings = []
+        for other in self.regimen:
+            if other != drug and (found := kb.interaction(drug, other)) is not None:
+                findings.append(Finding(drug, "interaction", other, found.severity,
+                                        f"interaction with {other}: {found.severity}; {found.mechanism}"))
+            if other != drug and kb.drugs[other].drug_class == kb.drugs[drug].drug_class:
+                cls = kb.drugs[drug].drug_class
+                findings.append(Finding(drug, "duplicate", other, cls, f"same class as {other} ({cls}): duplicate therapy"))
+        rule = kb.renal.get(drug)
+        if rule is not None:
+            applies = patient.egfr < rule.egfr_below
+            verdict = rule.action if applies else "no change"
+            findings.append(Finding(drug, "renal", "", verdict if applies else "none",
+                                    f"renal: {rule.action} if eGFR < {rule.egfr_below}; eGFR {patient.egfr} -> {verdict}"))
+        for condition, reason in kb.contraindications.get(drug, {}).items():
+            if condition in patient.conditions:
+                findings.append(Finding(drug, "contraindication", condition, "major",
+                                        f"contraindicated in {condition}: {reason}"))
+        for alternative in self._alternatives(drug):
+            verdict = self._screen(drug, alternative)
+            findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {alternative}: {verdict}"))
+        if not any(f.kind not in ("alternative",) for f in findings):
+            findings.insert(0, Finding(drug, "clear", "", "", "no interactions or contraindications found"))
+        result = tuple(findings)
+        self._evidence_cache[drug] = result
+        return result
+
+    def _alternatives(self, drug: str) -> list[str]:
+        options = [a for a in self.kb.alternatives.get(drug, ()) if a not in self.regimen]
+        return options[:MAX_ALTERNATIVES_SHOWN]
+
+    def _screen(self, drug: str, alternative: str) -> str:
+        """What switching `drug` to `alternative` would run into, as the evidence states it."""
+        kb = self.kb
+        for other in self.regimen:
+            if other == drug:
+                continue
+            found = kb.interaction(alternative, other)
+            if found is not None and found.is_major:
+                return f"{found.severity} interaction with {other}"
+            if kb.drugs[other].drug_class == kb.drugs[alternative].drug_class:
+                return f"duplicates {other}"
+        for condition in kb.contraindications.get(alternative, {}):
+            if condition in self.patient.conditions:
+                return f"contraindicated in {condition}"
+        if renal_applies(kb, alternative, self.patient.egfr):
+            return f"renal: {kb.renal[alternative].action} at this eGFR"
+        return "ok"
+
+    def _candidates(self) -> tuple[Candidate, ...]:
+        """Candidate ids name the action itself ("substitute:warfarin:apixaban"); the list order is shuffled per
+        step, so position carries no meaning, and only offered ids are legal."""
+        raw: list[tuple[str, ...]] = []
+        for drug, dose in self.regimen.items():
+            if drug not in self.gathered:
+                raw.append(("gather", drug))
+                continue
+            raw.append(("stop", drug))
+            raw += [("substitute", drug, alternative) for alternative in self._alternatives(drug)]
+            if dose == "standard":
+                raw.append(("reduce", drug))
+            if drug not in self.monitored:
+                raw.append(("monitor", drug))
+        raw += [("review",), ("finish",)]
+        random.Random(self._internal * 1009 + self._steps).shuffle(raw)
+        return tuple(Candidate(":".join(key), key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for key in raw)
+
+    def _observe(self) -> Observation:
+        evidence = tuple(f for drug in self.regimen if drug in self.gathered for f in self._evidence(drug))
+        return Observation(
+            patient=self.patient,
+            regimen=tuple((d, dose, self.kb.drugs[d].indication) for d, dose in self.regimen.items()),
+            evidence=evidence,
+            monitored=tuple(d for d in self.regimen if d in self.monitored),
+            notes=tuple(self.notes),
+            candidates=self._candidates(),
+            step=self._steps,
+            budget=self.budget,
+        )
+
+
+def _problem_key(problem: Problem) -> tuple:
+    return (problem.kind, problem.drugs, problem.detail)
+
+
+def render(observation: Observation) -> list[dict[str, str]]:
+    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
+    p = observation.patient
+    lines = [
+        f"Patient: age {p.age}, eGFR {p.egfr}, liver {p.liver}",
+        f"Conditions: {', '.join(p.conditions)}",
+        "Regimen:",
+        *(f"- {drug} {dose} dose ({indication})" for drug, dose, indication in observation.regimen),
+        "Evidence:",
+        *(f"- {f.drug}: {f.text}" for f in observation.evidence),
+    ]
+    if not observation.evidence:
+        lines.append("- none gathered yet")
+    if observation.monitored:
+        lines.append(f"Monitoring: {', '.join(observation.monitored)}")
+    lines += [f"Note: {note}" for note in observation.notes]
+    lines.append(f"Step {observation.step + 1} of {observation.budget}")
+    lines.append("Candidates:")
+    lines += [f"- {c.id}" for c in observation.candidates]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -1,0 +1,77 @@
+"""Closed-loop evaluation: a model acts at every step of held-out episodes, batched across episodes.
+
+Used by the evaluate stage and `python -m lib stage evaluate`; every action records the artifact that produced it.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .envs import make_env
+from .models import load_model, weights_sha256
+from .rollouts import Episode
+
+
+def load_policy_model(model_dir: str | Path, model_config, adapter_dir: str | Path | None = None):
+    """Load a saved model (optionally with a LoRA adapter merged in memory) and its provenance record."""
+    model, tokenizer, _ = load_model(model_dir, model_config, trainable=False)
+    source = {"path": str(model_dir), "sha256": weights_sha256(Path(model_dir))}
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        source = {"path": str(adapter_dir), "sha256": weights_sha256(Path(adapter_dir)), "base": source}
+    model.eval()
+    return model, tokenizer, source
+
+
+@torch.no_grad()
+def generate_actions(model, tokenizer, message_batches, *, greedy: bool, max_new_tokens: int = 16) -> list[str]:
+    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in message_batches]
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=not greedy,
+                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+    return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+def run_model_episodes(model, tokenizer, source: dict, env_name: str, seeds, split: str, *, greedy: bool = True,
+                       batch_size: int = 32, max_new_tokens: int = 16, desc: str = "episodes"):
+    """Play every seed to the end with the model choosing every action. Returns (episodes, action_records)."""
+    episodes, actions = [], []
+    seeds = list(seeds)
+    progress = tqdm(total=len(seeds), desc=desc)
+    for start in range(0, len(seeds), batch_size):
+        chunk = seeds[start:start + batch_size]
+        envs = [make_env(env_name) for _ in chunk]
+        observations = [env.reset(seed, split) for env, seed in zip(envs, chunk)]
+        totals = {seed: {"invalid": 0, "steps": 0} for seed in chunk}
+        active = list(range(len(chunk)))
+        while active:
+            began = time.perf_counter()
+            texts = generate_actions(model, tokenizer, [envs[i].render(observations[i]) for i in active],
+                                     greedy=greedy, max_new_tokens=max_new_tokens)
+            latency = (time.perf_counter() - began) / len(active)
+            still = []
+            for i, text in zip(active, texts):
+                seed = chunk[i]
+                result = envs[i].step(text)
+                invalid = "invalid" in result.info
+                totals[seed]["invalid"] += invalid
+                totals[seed]["steps"] += 1
+                actions.append({"seed": seed, "split": split, "step": totals[seed]["steps"], "completion": text,
+                                "valid": not invalid, "reward": result.reward, "model_source": source,
+                                "latency_s": latency})
+                if result.done:
+                    episodes.append(Episode(seed, split, result.info["episode_return"], totals[seed]["steps"],
+                                            totals[seed]["invalid"], result.info["end_reason"], result.components))
+                    progress.update(1)
+                else:
+                    observations[i] = result.observation
+                    still.append(i)
+            active = still
+    progress.close()
+    return sorted(episodes, key=lambda e: e.seed), actions

@@ -1,0 +1,124 @@
+"""Models: build the offline `tiny` model, and load any model (tiny folder, local folder or hub id) the same way.
+
+Used by the sft, grpo, evaluate and export stages. Every load goes through `from_pretrained(path_or_id)`;
+on CUDA with unsloth installed, hub models load through Unsloth's FastLanguageModel instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from trl.chat_template_utils import qwen2_5_chat_template
+
+from .config import ModelConfig, TinyModelConfig
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Added but NOT special: decoding with skip_special_tokens must keep them, or no tool call is ever parsed.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+
+def is_tiny(model_config: ModelConfig) -> bool:
+    return model_config.name == "tiny"
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def unsloth_available() -> bool:
+    return cuda_available() and importlib.util.find_spec("unsloth") is not None
+
+
+def backend_for(model_config: ModelConfig) -> str:
+    """The training backend that will actually be used; recorded in every report."""
+    use = model_config.use_unsloth == "auto" and not is_tiny(model_config) and unsloth_available()
+    return "trl_unsloth" if use else "trl_transformers"
+
+
+def train_tokenizer(texts, vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on the corpus, speaking TRL's shipped Qwen2.5 chat template."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"])
+    fast.add_tokens(TOOL_TOKENS, special_tokens=False)
+    fast.chat_template = qwen2_5_chat_template
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
+    """Train the tokenizer on `texts`, build a Qwen2 model from config, save both as a normal HF folder."""
+    tokenizer = train_tokenizer(texts, tiny.vocab_size)
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=tiny.hidden_size, intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.num_hidden_layers, num_attention_heads=tiny.num_attention_heads,
+        num_key_value_heads=tiny.num_key_value_heads, max_position_embeddings=tiny.max_position_embeddings,
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: bool = True):
+    """Load weights and tokenizer with from_pretrained, exactly as for a hub model. Returns (model, tokenizer, backend)."""
+    backend = backend_for(model_config)
+    source = str(path_or_id)
+    if backend == "trl_unsloth":  # pragma: no cover - CUDA only
+        from unsloth import FastLanguageModel
+
+        model, tokenizer = FastLanguageModel.from_pretrained(source, load_in_4bit=model_config.load_in_4bit,
+                                                             max_seq_length=4096)
+    else:
+        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[model_config.precision]
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype if cuda_available() else torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.train(trainable)
+    return model, tokenizer, backend
+
+
+def lora_config(model_config: ModelConfig):
+    from peft import LoraConfig
+
+    lora = model_config.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(folder: Path) -> str:
+    """One sha over every weight file in a saved model or adapter folder (sorted by name)."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+    if not files:
+        raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {folder}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()

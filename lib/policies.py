@@ -1,0 +1,232 @@
+"""Baseline policies: random, the heuristic SFT teacher, the oracle ceiling and trivial policies.
+
+Used by `python -m lib baselines`, the SFT corpus (heuristic transcripts) and GRPO step mode (a reference
+policy finishes the episode). Every policy answers with the canonical action text, like a model would.
+"""
+from __future__ import annotations
+
+import random
+
+from .envs.base import Candidate, format_action
+from .envs.polyguard.env import Observation, PolyGuardEnv
+from .envs.polyguard.scenario import detect_problems
+
+
+def _by_key(observation: Observation, key: tuple) -> Candidate | None:
+    return next((c for c in observation.candidates if c.key == key), None)
+
+
+def _by_kind(observation: Observation, kind: str) -> Candidate | None:
+    return next((c for c in observation.candidates if c.kind == kind), None)
+
+
+class Policy:
+    name = "policy"
+
+    def begin(self, seed: int) -> None:
+        """Called at the start of every episode."""
+
+    def act(self, observation: Observation, env: PolyGuardEnv) -> str:
+        raise NotImplementedError
+
+
+class RandomPolicy(Policy):
+    name = "random"
+
+    def begin(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def act(self, observation, env):
+        return format_action(self.rng.choice(observation.candidates).id)
+
+
+class HeuristicPolicy(Policy):
+    """The SFT teacher, deliberately imperfect: it gathers evidence on every drug, then STOPS the later drug
+    of each major interaction, duplicate or contraindication (never substitutes), ignores renal dosing and
+    never orders monitoring."""
+
+    name = "heuristic"
+
+    def act(self, observation, env):
+        gather = [c for c in observation.candidates if c.kind == "gather"]
+        if gather:
+            order = {drug: i for i, (drug, _, _) in enumerate(observation.regimen)}
+            return format_action(min(gather, key=lambda c: order[c.args[0]]).id)
+        order = [drug for drug, _, _ in observation.regimen]
+        for finding in observation.evidence:
+            if finding.kind == "interaction" and finding.detail in ("major", "contraindicated") or finding.kind == "duplicate":
+                target = max(finding.drug, finding.other, key=order.index)
+            elif finding.kind == "contraindication":
+                target = finding.drug
+            else:
+                continue
+            stop = _by_key(observation, ("stop", target))
+            if stop is not None:
+                return format_action(stop.id)
+        return format_action(_by_kind(observation, "finish").id)
+
+
+class OraclePolicy(Policy):
+    """The ceiling: reads the hidden problem list and picks the best fix by simulating each option with
+    the environment's own problem detector. A learned policy can reach the same choices from the evidence."""
+
+    name = "oracle"
+    PREFERENCE = {"reduce": 2, "substitute": 1, "stop": 0}
+
+    def act(self, observation, env):
+        key = self._next_key(env)
+        if key[0] not in ("finish",) and key[1] not in env.gathered:
+            key = ("gather", key[1])
+        chosen = _by_key(observation, key) or _by_kind(observation, "finish")
+        return format_action(chosen.id)
+
+    def _next_key(self, env: PolyGuardEnv) -> tuple:
+        current = env.current_problems()
+        for problem in sorted(current, key=lambda p: (not p.is_major, p.kind, p.drugs)):
+            best = max(self._fixes(env, problem, current), default=None)
+            if best is not None and best[0]:
+                return best[-1]
+        kb = env.kb
+        drugs = list(env.regimen)
+        for i, a in enumerate(drugs):
+            for b in drugs[i + 1:]:
+                found = kb.interaction(a, b)
+                if found is not None and found.severity == "moderate" and a not in env.monitored and b not in env.monitored:
+                    return ("monitor", a)
+        return ("finish",)
+
+    def _fixes(self, env: PolyGuardEnv, problem, current):
+        treated = {env.kb.drugs[d].indication for d in env.regimen}
+        for drug in problem.drugs:
+            options = [("stop", drug)] + [("substitute", drug, alt) for alt in env._alternatives(drug)]
+            if problem.kind == "renal" and problem.detail == "reduce":
+                options.append(("reduce", drug))
+            for key in options:
+                regimen = dict(env.regimen)
+                if key[0] == "stop":
+                    del regimen[drug]
+                elif key[0] == "reduce":
+                    regimen[drug] = "reduced"
+                else:
+                    regimen = {(key[2] if d == drug else d): ("standard" if d == drug else v) for d, v in regimen.items()}
+                after = detect_problems(env.kb, env.patient, regimen)
+                keeps = treated <= {env.kb.drugs[d].indication for d in regimen}
+                yield (problem not in after, -len(after - current), keeps, self.PREFERENCE[key[0]], key)
+
+
+class EvidenceExpert(Policy):
+    """Reads ONLY the observation (no hidden state): reduce when the renal evidence says so, substitute with
+    an alternative the evidence screens as ok, stop a duplicate, monitor moderate interactions. It shows that
+    the heuristic-to-oracle headroom is learnable from what the prompt shows."""
+
+    name = "evidence_expert"
+
+    def act(self, observation, env):
+        gather = [c for c in observation.candidates if c.kind == "gather"]
+        order = [drug for drug, _, _ in observation.regimen]
+        if gather:
+            return format_action(min(gather, key=lambda c: order.index(c.args[0])).id)
+        safe = {}
+        for f in observation.evidence:
+            if f.kind == "alternative" and f.detail == "ok":
+                safe.setdefault(f.drug, f.other)
+        for key in self._fixes(observation, order, safe):
+            chosen = _by_key(observation, key)
+            if chosen is not None:
+                return format_action(chosen.id)
+        return format_action(_by_kind(observation, "finish").id)
+
+    @staticmethod
+    def _fixes(observation, order, safe):
+        def replace(*drugs):
+            for drug in drugs:
+                if drug in safe:
+                    return ("substitute", drug, safe[drug])
+            return ("stop", max(drugs, key=order.index))
+
+        evidence = observation.evidence
+        for f in evidence:
+            if f.kind == "interaction" and f.detail in ("major", "contraindicated"):
+                yield replace(f.drug, f.other)
+            elif f.kind == "contraindication" or (f.kind == "renal" and f.detail == "avoid"):
+                yield replace(f.drug)
+        for f in evidence:
+            if f.kind == "renal" and f.detail == "reduce":
+                yield ("reduce", f.drug)
+            elif f.kind == "duplicate":
+                yield ("stop", max(f.drug, f.other, key=order.index))
+        for f in evidence:
+            if f.kind == "interaction" and f.detail == "moderate" and not {f.drug, f.other} & set(observation.monitored):
+                yield ("monitor", f.drug)
+
+
+class AlwaysFinish(Policy):
+    name = "always_finish"
+
+    def act(self, observation, env):
+        return format_action(_by_kind(observation, "finish").id)
+
+
+class _FirstOfKinds(Policy):
+    kinds: tuple[str, ...] = ()
+
+    def act(self, observation, env):
+        for kind in self.kinds:
+            candidate = _by_kind(observation, kind)
+            if candidate is not None:
+                return format_action(candidate.id)
+        return format_action(_by_kind(observation, "finish").id)
+
+
+class StopEverything(_FirstOfKinds):
+    name = "stop_everything"
+    kinds = ("stop", "gather")
+
+
+class MonitorEverything(_FirstOfKinds):
+    """'Flag everything': orders monitoring on every drug and changes nothing."""
+
+    name = "monitor_everything"
+    kinds = ("monitor", "gather")
+
+
+class ReviewEveryStep(_FirstOfKinds):
+    name = "review_every_step"
+    kinds = ("review",)
+
+
+class FirstCandidate(Policy):
+    name = "first_candidate"
+
+    def act(self, observation, env):
+        return format_action(observation.candidates[0].id)
+
+
+class RepeatLast(Policy):
+    """Repeats its previous action (the same candidate if still offered, else the same text)."""
+
+    name = "repeat_last"
+
+    def begin(self, seed: int) -> None:
+        self.last: tuple[tuple, str] | None = None
+
+    def act(self, observation, env):
+        if self.last is None:
+            chosen = observation.candidates[0]
+        else:
+            chosen = _by_key(observation, self.last[0])
+            if chosen is None:
+                return self.last[1]
+        self.last = (chosen.key, format_action(chosen.id))
+        return self.last[1]
+
+
+BASELINES = {p.name: p for p in (RandomPolicy, HeuristicPolicy, OraclePolicy, EvidenceExpert)}
+TRIVIAL = {p.name: p for p in (AlwaysFinish, StopEverything, FirstCandidate, RepeatLast, ReviewEveryStep, MonitorEverything)}
+ALL_POLICIES = {**BASELINES, **TRIVIAL}
+
+
+def make_policy(name: str) -> Policy:
+    if name not in ALL_POLICIES:
+        raise ValueError(f"unknown policy {name!r}; available: {sorted(ALL_POLICIES)}")
+    return ALL_POLICIES[name]()

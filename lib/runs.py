@@ -1,0 +1,131 @@
+"""Run folders: outputs/<run_id>/ with manifest.json, run_log.jsonl and one folder per stage with stage.json.
+
+Used by every stage; a stage reads only what an earlier stage wrote here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import subprocess
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import RunConfig
+from .io import atomic_write_json
+
+PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "tokenizers", "papermill", "unsloth")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(profile: str) -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{profile}"
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    """Seed python, numpy and torch; in deterministic mode also ask torch for deterministic kernels."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    root = root or Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip())
+        return {"sha": sha, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"sha": None, "dirty": None}
+
+
+def hardware() -> dict[str, Any]:
+    import torch
+
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():  # pragma: no cover - CUDA only
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    return info
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+class Run:
+    """A run folder. Creating one writes manifest.json; stages record themselves with `stage_done`."""
+
+    def __init__(self, run_dir: Path | str, config: RunConfig):
+        self.dir = Path(run_dir)
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        manifest = self.manifest()
+        if not manifest:
+            manifest = {"run_id": self.dir.name, "config": config.model_dump(mode="json"), "git": git_state(),
+                        "packages": package_versions(), "hardware": hardware(), "started": now(), "ended": None,
+                        "corpus_hashes": {}, "stages": {}}
+            atomic_write_json(self.dir / "manifest.json", manifest)
+        elif manifest["config"] != config.model_dump(mode="json"):
+            raise ValueError(f"{self.dir} was made with a different config; use a new --run-dir or the same profile")
+
+    def manifest(self) -> dict:
+        path = self.dir / "manifest.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def update_manifest(self, **fields) -> None:
+        manifest = self.manifest()
+        manifest.update(fields)
+        atomic_write_json(self.dir / "manifest.json", manifest)
+
+    def stage_dir(self, stage: str) -> Path:
+        path = self.dir / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def log(self, event: str, **fields) -> None:
+        record = {"time": now(), "event": event, **fields}
+        with (self.dir / "run_log.jsonl").open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def read_stage(self, stage: str) -> dict:
+        path = self.dir / stage / "stage.json"
+        if not path.exists():
+            raise FileNotFoundError(f"stage {stage!r} has not run in {self.dir} (missing {path})")
+        record = json.loads(path.read_text())
+        if record.get("status") != "ok":
+            raise RuntimeError(f"stage {stage!r} in {self.dir} did not finish ok: {record.get('status')}")
+        return record
+
+    def stage_done(self, stage: str, *, started: float, params: dict, inputs: dict, outputs: dict, metrics: dict,
+                   status: str = "ok") -> dict:
+        record = {"stage": stage, "status": status, "params": params, "inputs": inputs, "outputs": outputs,
+                  "metrics": metrics, "duration_s": round(time.time() - started, 2), "finished": now()}
+        atomic_write_json(self.stage_dir(stage) / "stage.json", record)
+        manifest = self.manifest()
+        manifest["stages"][stage] = {"status": status, "duration_s": record["duration_s"]}
+        manifest["ended"] = now()
+        atomic_write_json(self.dir / "manifest.json", manifest)
+        self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
+        return record

@@ -1,0 +1,268 @@
+"""Stages `sft` and `grpo`: TRL's SFTTrainer and GRPOTrainer, with the environment's verdict as the reward.
+
+`python -m lib stage sft|grpo --profile P --run-dir outputs/<id>` (or under `accelerate launch`); notebooks
+03_sft and 04_grpo call the same functions.
+"""
+from __future__ import annotations
+
+import json
+import math
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+
+from .checkpoints import verify_checkpoint, write_checkpoint_manifest
+from .config import RunConfig
+from .corpus import read_jsonl
+from .envs import make_env
+from .models import backend_for, build_tiny, cuda_available, is_tiny, load_model, lora_config, weights_sha256
+from .policies import make_policy
+from .rollouts import action_return
+from .runs import Run, seed_everything
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss; the run stopped and the last good checkpoint was kept."""
+
+
+class PromptTooLongError(ValueError):
+    """A prompt is longer than grpo.max_prompt_length tokens; prompts are never silently truncated."""
+
+
+def _precision_flags(config: RunConfig) -> dict:
+    on_cuda = cuda_available()
+    return {"use_cpu": not on_cuda, "fp16": on_cuda and config.model.precision == "fp16",
+            "bf16": on_cuda and config.model.precision == "bf16"}
+
+
+def _peak_memory_mb() -> float:
+    if cuda_available():  # pragma: no cover - CUDA only
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class JsonlLogger(TrainerCallback):
+    """Writes every trainer log (loss, reward, timings, memory) to a jsonl file as it happens."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.unlink(missing_ok=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        record = {"step": state.global_step, "time": time.time(), "peak_memory_mb": round(_peak_memory_mb(), 1),
+                  **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+class FiniteLossGuard(TrainerCallback):
+    """Stops training at the first NaN/inf loss, before anything is saved from that step."""
+
+    def __init__(self):
+        self.bad_step: int | None = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(value):
+                self.bad_step = state.global_step
+                control.should_training_stop = True
+                control.should_save = False
+
+
+def _sft_dataset(rows: list[dict]) -> Dataset:
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+
+
+def run_sft(config: RunConfig, run: Run) -> dict:
+    from trl import SFTConfig, SFTTrainer
+
+    from .trl_compat import ensure_sft_logprob_kernel
+
+    started = time.time()
+    logprob_kernel = ensure_sft_logprob_kernel()
+    seed_everything(config.seed, config.deterministic)
+    corpus = run.read_stage("corpus")
+    rows = read_jsonl(corpus["outputs"]["sft.jsonl"])
+    out = run.stage_dir("sft")
+    base = config.model.name
+    if is_tiny(config.model):
+        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [_kb_text(config)]
+        base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
+    model, tokenizer, backend = load_model(base, config.model)
+    peft = None if (is_tiny(config.model) and config.model.sft_full_finetune) else lora_config(config.model)
+    s = config.sft
+    args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=s.epochs, per_device_train_batch_size=s.batch_size,
+                     gradient_accumulation_steps=s.grad_accum, learning_rate=s.learning_rate, max_length=s.max_length,
+                     logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=config.seed,
+                     data_seed=config.seed, completion_only_loss=True, lr_scheduler_type="cosine", warmup_steps=0.05,
+                     disable_tqdm=False, full_determinism=False, **_precision_flags(config))
+    guard = FiniteLossGuard()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=_sft_dataset(rows), processing_class=tokenizer,
+                         peft_config=peft, callbacks=[JsonlLogger(out / "train_log.jsonl"), guard])
+    trainer.train()
+    if guard.bad_step is not None:
+        raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
+    model_dir = out / "model"
+    _save_atomically(trainer, tokenizer, model_dir, merge=peft is not None)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return run.stage_done("sft", started=started, params=s.model_dump(), inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
+                          outputs={"model": str(model_dir)},
+                          metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step, "loss_first": losses[0] if losses else None,
+                                   "loss_last": losses[-1] if losses else None, "losses": losses,
+                                   "weights_sha256": weights_sha256(model_dir), "full_finetune": peft is None})
+
+
+def _kb_text(config: RunConfig) -> str:
+    """Every knowledge-base name, so the tokenizer covers drugs that train prompts never showed."""
+    kb = make_env(config.env).kb
+    return " ".join(sorted(set(kb.drugs) | set(kb.conditions) | {d.drug_class for d in kb.drugs.values()}))
+
+
+def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
+    """Save into a temporary sibling folder and rename it into place, so a crash never leaves half a model."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = trainer.model
+    if merge:
+        model = model.merge_and_unload()
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+
+
+def make_reward_function(config: RunConfig, samples_path: Path | None = None):
+    """GRPO reward, step mode: the completion is applied at the sampled state and the reference policy
+    finishes the episode; the reward is that episode's true return. Invalid output gets the environment's
+    penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive reward."""
+    env = make_env(config.env)
+    reference = make_policy(config.grpo.reference_policy)
+    blocklist = [b.lower() for b in config.grpo.blocklist]
+
+    def environment_reward(prompts, completions, seed, split, history, log_metric=None, log_extra=None, **_):
+        rewards, invalid, blocked, exploits = [], 0, 0, 0
+        components_sum: dict[str, float] = {}
+        for completion, s, sp, h in zip(completions, seed, split, history):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            score, info = action_return(env, s, sp, json.loads(h), text, reference)
+            invalid += "invalid" in info
+            exploits += bool(info.get("exploit"))
+            for name, value in info["components"].items():
+                components_sum[name] = components_sum.get(name, 0.0) + value
+            if any(b in text.lower() for b in blocklist):
+                blocked += 1
+                score = min(score, 0.0)
+            rewards.append(float(score))
+        if samples_path is not None and config.grpo.sample_completions:
+            with Path(samples_path).open("a", encoding="utf-8") as handle:
+                for text, score in list(zip(completions, rewards))[: config.grpo.sample_completions]:
+                    content = text[-1]["content"] if isinstance(text, list) else text
+                    handle.write(json.dumps({"completion": content, "reward": score}) + "\n")
+        if log_metric is not None:
+            n = len(rewards)
+            log_metric("env/invalid_rate", invalid / n)
+            log_metric("env/blocklist_rate", blocked / n)
+            log_metric("env/exploit_rate", exploits / n)
+            for name, total in components_sum.items():
+                log_metric(f"env/component/{name}", total / n)
+        return rewards
+
+    return environment_reward
+
+
+def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
+    too_long = []
+    for i, r in enumerate(rows):
+        n = len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+        if n > max_prompt_length:
+            too_long.append((i, n))
+    if too_long:
+        raise PromptTooLongError(f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
+                                 f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts")
+    return Dataset.from_list([{"prompt": r["prompt"], "seed": r["seed"], "split": r["split"],
+                               "history": json.dumps(r["history"])} for r in rows])
+
+
+def _timed_trainer_class():
+    from trl import GRPOTrainer
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer, plus per-step generation and reward timings and verifiable checkpoints."""
+
+        def _generate(self, prompts):
+            start = time.perf_counter()
+            result = super()._generate(prompts)
+            self._metrics["train"]["time/generation_s"].append(time.perf_counter() - start)
+            return result
+
+        def _calculate_rewards(self, *args, **kwargs):
+            start = time.perf_counter()
+            result = super()._calculate_rewards(*args, **kwargs)
+            self._metrics["train"]["time/reward_s"].append(time.perf_counter() - start)
+            return result
+
+        def _save_checkpoint(self, model, trial):
+            super()._save_checkpoint(model, trial)
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            write_checkpoint_manifest(folder)
+
+    return TimedGRPOTrainer
+
+
+def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=()) -> dict:
+    from trl import GRPOConfig
+
+    started = time.time()
+    seed_everything(config.seed, config.deterministic)
+    corpus = run.read_stage("corpus")
+    sft = run.read_stage("sft")
+    if resume_from is not None:
+        verify_checkpoint(Path(resume_from))
+    out = run.stage_dir("grpo")
+    model, tokenizer, backend = load_model(sft["outputs"]["model"], config.model)
+    rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
+    g = config.grpo
+    dataset = _grpo_dataset(rows, tokenizer, g.max_prompt_length)
+    args = GRPOConfig(output_dir=str(out / "trainer"), max_steps=g.max_steps, per_device_train_batch_size=g.batch_size,
+                      num_generations=g.num_generations, learning_rate=g.learning_rate,
+                      max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
+                      logging_steps=g.logging_steps, report_to="none", seed=config.seed, data_seed=config.seed,
+                      save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
+                      disable_tqdm=False, **_precision_flags(config))
+    guard = FiniteLossGuard()
+    trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl"), args=args,
+                                     train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(config.model),
+                                     callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
+    run.log("grpo_start", resume_from=resume_from, prompts=len(dataset))
+    trainer.train(resume_from_checkpoint=resume_from)
+    if guard.bad_step is not None:
+        good = sorted((out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        last = str(good[-1]) if good else "none"
+        run.stage_done("grpo", started=started, params=g.model_dump(), inputs={}, outputs={"last_good_checkpoint": last},
+                       metrics={"bad_step": guard.bad_step}, status="failed: non-finite loss")
+        raise NonFiniteLossError(f"GRPO loss became non-finite at step {guard.bad_step}; last good checkpoint: {last}")
+    adapter_dir = out / "adapter"
+    tmp = adapter_dir.with_name(".adapter.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(adapter_dir, ignore_errors=True)
+    tmp.rename(adapter_dir)
+    history = [h for h in trainer.state.log_history if "reward" in h]
+    zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
+    return run.stage_done("grpo", started=started, params=g.model_dump(),
+                          inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "sft_model": sft["outputs"]["model"]},
+                          outputs={"adapter": str(adapter_dir), "base_model": sft["outputs"]["model"]},
+                          metrics={"backend": backend, "steps": trainer.state.global_step,
+                                   "reward_first": history[0]["reward"] if history else None,
+                                   "reward_last": history[-1]["reward"] if history else None,
+                                   "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
+                                   "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
+                                   "adapter_sha256": weights_sha256(adapter_dir), "resumed_from": resume_from})

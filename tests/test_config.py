@@ -1,0 +1,51 @@
+"""One pydantic RunConfig: every profile validates; bad keys, types and values are errors naming the key."""
+import pytest
+
+from lib.config import ConfigError, available_profiles, load_config
+
+
+@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-full", "t4-qwen0.5b", "t4-qwen1.5b", "a100-qwen3b"])
+def test_every_profile_loads_and_validates(profile):
+    assert profile in available_profiles()
+    config = load_config(profile)
+    assert config.profile == profile
+    assert config.grpo.num_generations >= 4
+    assert config.grpo.batch_size % config.grpo.num_generations == 0
+
+
+def test_hub_profiles_use_lora_and_tiny_profiles_do_not_need_a_hub():
+    assert load_config("t4-qwen0.5b").model.sft_full_finetune is False
+    assert load_config("t4-qwen0.5b").model.precision == "fp16"  # a T4 has no bf16
+    assert load_config("cpu-smoke").model.name == "tiny"
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match=r"grpo.max_stepz: unknown key"):
+        load_config("cpu-smoke", {"grpo.max_stepz": 3})
+
+
+def test_wrong_type_and_bad_value_are_named():
+    with pytest.raises(ConfigError) as error:
+        load_config("cpu-smoke", {"sft.batch_size": "many", "grpo.num_generations": 2})
+    assert "sft.batch_size" in str(error.value) and "grpo.num_generations" in str(error.value)
+
+
+def test_missing_critical_field_is_named(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("profile: broken\ncorpus: {sft_episodes: 3, grpo_prompts: 3}\nmodel: {name: tiny}\n")
+    with pytest.raises(ConfigError, match=r"sft: missing required key"):
+        load_config(path)
+
+
+def test_indivisible_grpo_batch_is_rejected():
+    with pytest.raises(ConfigError, match="multiple of num_generations"):
+        load_config("cpu-smoke", {"grpo.batch_size": 12, "grpo.num_generations": 8})
+
+
+def test_unknown_profile_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="unknown profile 'gpu-huge'"):
+        load_config("gpu-huge")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)

@@ -1,0 +1,155 @@
+"""PolyGuard dynamics, reward rules, splits and determinism."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lib.envs.base import format_action
+from lib.envs.polyguard.env import PolyGuardEnv, render
+from lib.envs.polyguard.reward import INVALID_PENALTY, WEIGHTS
+from lib.policies import make_policy
+from lib.rollouts import run_episode
+
+
+def _pick(obs, kind, *args):
+    return next(c for c in obs.candidates if c.kind == kind and c.args[: len(args)] == args)
+
+
+def _trace(seed, split, policy="heuristic"):
+    env, pol = PolyGuardEnv(), make_policy(policy)
+    obs = env.reset(seed, split)
+    pol.begin(seed)
+    prompts, rewards = [], []
+    while True:
+        prompts.append(json.dumps(render(obs)))
+        result = env.step(pol.act(obs, env))
+        rewards.append(result.reward)
+        if result.done:
+            return prompts, rewards
+        obs = result.observation
+
+
+def test_same_seed_same_prompts_and_rewards_in_process():
+    assert _trace(7, "holdout") == _trace(7, "holdout")
+    assert _trace(7, "holdout") != _trace(8, "holdout")
+
+
+def test_same_seed_same_prompts_and_rewards_in_a_new_process():
+    code = "import json; from tests.test_env import _trace; print(json.dumps(_trace(11, 'train')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout
+    assert json.loads(out) == [list(x) for x in _trace(11, "train")]
+
+
+def test_weights_live_in_one_place_and_sum_to_one():
+    assert sum(w for name, w in WEIGHTS.items() if name != "anti_cheat") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("policy", ["random", "heuristic", "oracle", "evidence_expert", "first_candidate", "repeat_last"])
+def test_returns_are_in_unit_interval_and_episodes_end(env, policy):
+    for seed in range(60):
+        episode = run_episode(env, make_policy(policy), seed, "holdout")
+        assert 0.0 <= episode.episode_return <= 1.0
+        assert episode.steps <= env.budget
+
+
+def test_invalid_action_gets_fixed_penalty_and_three_in_a_row_end_the_episode(env):
+    env.reset(3, "train")
+    for i in range(3):
+        result = env.step("I think we should stop warfarin")
+        assert result.info["invalid"] == "not a JSON object"
+    assert result.done and result.info["end_reason"] == "invalid_limit"
+    assert result.reward == INVALID_PENALTY and result.info["episode_return"] == 0.0
+
+
+def test_invalid_is_never_coerced_into_an_action(env):
+    obs = env.reset(5, "train")
+    before = env.state()
+    result = env.step('{"action": "a999"}')
+    assert result.reward == INVALID_PENALTY
+    after = env.state()
+    assert after["regimen"] == before["regimen"] and after["gathered"] == before["gathered"]
+    assert [c.key for c in result.observation.candidates] != [] and "action" not in result.info
+
+
+def test_finishing_with_a_major_risk_is_penalised(env):
+    for seed in range(200):
+        obs = env.reset(seed, "holdout")
+        if any(p.is_major for p in env.current_problems()):
+            break
+    result = env.step(format_action(_pick(obs, "finish").id))
+    assert result.done and result.components["anti_cheat"] < 0
+    assert result.info["episode_return"] < 0.2
+
+
+def test_second_review_is_review_abuse_and_ends_the_episode(env):
+    obs = env.reset(1, "train")
+    first = env.step(format_action(_pick(obs, "review").id))
+    assert not first.done and any("pharmacist review" in n for n in first.observation.notes)
+    second = env.step(format_action(_pick(first.observation, "review").id))
+    assert second.done and second.info["exploit"] == "review_abuse" and second.components["anti_cheat"] < 0
+
+
+def test_substituting_back_and_forth_is_a_loop(env):
+    for seed in range(300):
+        obs = env.reset(seed, "train")
+        drug = obs.regimen[0][0]
+        obs = env.step(format_action(_pick(obs, "gather", drug).id)).observation
+        subs = [c for c in obs.candidates if c.kind == "substitute" and c.args[0] == drug]
+        if not subs:
+            continue
+        new = subs[0].args[1]
+        obs = env.step(format_action(subs[0].id)).observation
+        obs = env.step(format_action(_pick(obs, "gather", new).id)).observation
+        back = [c for c in obs.candidates if c.key == ("substitute", new, drug)]
+        if back:
+            result = env.step(format_action(back[0].id))
+            assert result.done and result.info["exploit"] == "loop"
+            return
+    pytest.fail("no scenario allowed a substitution round trip")
+
+
+def test_candidate_ids_are_shuffled_so_position_carries_no_meaning(env):
+    first_kinds = {env.reset(s, "train").candidates[0].kind for s in range(50)}
+    assert len(first_kinds) >= 2
+
+
+def test_train_never_contains_a_reserved_pair_and_novel_plants_only_reserved(env):
+    kb = env.kb
+    for seed in range(300):
+        env.reset(seed, "train")
+        regimen = list(env.regimen)
+        pairs = [kb.interaction(a, b) for i, a in enumerate(regimen) for b in regimen[i + 1:]]
+        assert not any(p is not None and p.reserved for p in pairs)
+        env.reset(seed, "holdout_novel")
+        interactions = [p for p in env.current_problems() if p.kind == "interaction"]
+        assert interactions, "every novel scenario plants an interaction"
+        assert all(kb.interaction(*p.drugs).reserved for p in interactions)
+
+
+def test_scenarios_have_two_to_five_conditions_and_one_to_several_problems(env):
+    for seed in range(300):
+        env.reset(seed, "holdout")
+        assert 2 <= len(env.patient.conditions) <= 5
+        assert 1 <= len(env.initial_problems)
+        assert env.kb.drugs  # the regimen treats its conditions:
+        treated = {env.kb.drugs[d].indication for d in env.regimen}
+        assert {c for c in env.patient.conditions if env.kb.conditions[c] == "treated"} <= treated
+
+
+def test_restore_replays_history_to_the_same_prompt(env):
+    obs = env.reset(21, "train")
+    policy = make_policy("heuristic")
+    for _ in range(3):
+        obs = env.step(policy.act(obs, env)).observation
+    history, prompt = list(env.history), render(obs)
+    restored = PolyGuardEnv().restore(21, "train", history)
+    assert render(restored) == prompt
+
+
+def test_stepping_a_finished_episode_is_an_error(env):
+    obs = env.reset(2, "train")
+    env.step(format_action(_pick(obs, "finish").id))
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step('{"action": "a1"}')

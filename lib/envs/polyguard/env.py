@@ -41,6 +41,7 @@ class Finding:
 class Observation:
     patient: Patient
     regimen: tuple[tuple[str, str, str], ...]  # (drug, dose, indication)
+    slots: tuple[int, ...]  # the stable number shown for each regimen drug; action ids refer to it
     evidence: tuple[Finding, ...]
     monitored: tuple[str, ...]
     notes: tuple[str, ...]
@@ -66,6 +67,7 @@ class PolyGuardEnv(Environment):
         self.patient = scenario.patient
         self.regimen: dict[str, str] = dict.fromkeys(scenario.regimen, "standard")
         self.initial_regimen = tuple(scenario.regimen)
+        self.slots = {drug: i for i, drug in enumerate(scenario.regimen, start=1)}
         self.initial_problems = detect_problems(self.kb, self.patient, self.regimen)
         self.budget = 2 * len(self.regimen) + 4
         self.gathered: set[str] = set()
@@ -185,9 +187,11 @@ class PolyGuardEnv(Environment):
             drug = args[0]
             if kind == "stop":
                 del self.regimen[drug]
+                del self.slots[drug]
             elif kind == "reduce":
                 self.regimen[drug] = "reduced"
             elif kind == "substitute":
+                self.slots[args[1]] = self.slots.pop(drug)
                 self.regimen = {(args[1] if d == drug else d): ("standard" if d == drug else dose)
                                 for d, dose in self.regimen.items()}
             self.monitored.discard(drug)
@@ -218,10 +222,10 @@ class PolyGuardEnv(Environment):
         for other in self.regimen:
             if other != drug and (found := kb.interaction(drug, other)) is not None:
                 findings.append(Finding(drug, "interaction", other, found.severity,
-                                        f"interaction with {other}: {found.severity}; {found.mechanism}"))
+                                        f"interaction with [{self.slots[other]}] {other}: {found.severity}; {found.mechanism}"))
             if other != drug and kb.drugs[other].drug_class == kb.drugs[drug].drug_class:
                 cls = kb.drugs[drug].drug_class
-                findings.append(Finding(drug, "duplicate", other, cls, f"same class as {other} ({cls}): duplicate therapy"))
+                findings.append(Finding(drug, "duplicate", other, cls, f"same class as [{self.slots[other]}] {other} ({cls}): duplicate therapy"))
         rule = kb.renal.get(drug)
         if rule is not None:
             applies = patient.egfr < rule.egfr_below
@@ -232,9 +236,9 @@ class PolyGuardEnv(Environment):
             if condition in patient.conditions:
                 findings.append(Finding(drug, "contraindication", condition, "major",
                                         f"contraindicated in {condition}: {reason}"))
-        for alternative in self._alternatives(drug):
+        for number, alternative in enumerate(self._alternatives(drug), start=1):
             verdict = self._screen(drug, alternative)
-            findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {alternative}: {verdict}"))
+            findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {number} {alternative}: {verdict}"))
         if not any(f.kind not in ("alternative",) for f in findings):
             findings.insert(0, Finding(drug, "clear", "", "", "no interactions or contraindications found"))
         result = tuple(findings)
@@ -253,9 +257,9 @@ class PolyGuardEnv(Environment):
                 continue
             found = kb.interaction(alternative, other)
             if found is not None and found.is_major:
-                return f"{found.severity} interaction with {other}"
+                return f"{found.severity} interaction with [{self.slots[other]}] {other}"
             if kb.drugs[other].drug_class == kb.drugs[alternative].drug_class:
-                return f"duplicates {other}"
+                return f"duplicates [{self.slots[other]}] {other}"
         for condition in kb.contraindications.get(alternative, {}):
             if condition in self.patient.conditions:
                 return f"contraindicated in {condition}"
@@ -266,26 +270,29 @@ class PolyGuardEnv(Environment):
     def _candidates(self) -> tuple[Candidate, ...]:
         """Candidate ids name the action itself ("substitute:warfarin:apixaban"); the list order is shuffled per
         step, so position carries no meaning, and only offered ids are legal."""
-        raw: list[tuple[str, ...]] = []
+        raw: list[tuple[str, tuple[str, ...]]] = []  # (id, key)
         for drug, dose in self.regimen.items():
+            slot = self.slots[drug]
             if drug not in self.gathered:
-                raw.append(("gather", drug))
+                raw.append((f"gather:{slot}", ("gather", drug)))
                 continue
-            raw.append(("stop", drug))
-            raw += [("substitute", drug, alternative) for alternative in self._alternatives(drug)]
+            raw.append((f"stop:{slot}", ("stop", drug)))
+            raw += [(f"substitute:{slot}:{n}", ("substitute", drug, alternative))
+                    for n, alternative in enumerate(self._alternatives(drug), start=1)]
             if dose == "standard":
-                raw.append(("reduce", drug))
+                raw.append((f"reduce:{slot}", ("reduce", drug)))
             if drug not in self.monitored:
-                raw.append(("monitor", drug))
-        raw += [("review",), ("finish",)]
+                raw.append((f"monitor:{slot}", ("monitor", drug)))
+        raw += [("review", ("review",)), ("finish", ("finish",))]
         random.Random(self._internal * 1009 + self._steps).shuffle(raw)
-        return tuple(Candidate(":".join(key), key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for key in raw)
+        return tuple(Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in raw)
 
     def _observe(self) -> Observation:
         evidence = tuple(f for drug in self.regimen if drug in self.gathered for f in self._evidence(drug))
         return Observation(
             patient=self.patient,
             regimen=tuple((d, dose, self.kb.drugs[d].indication) for d, dose in self.regimen.items()),
+            slots=tuple(self.slots[d] for d in self.regimen),
             evidence=evidence,
             monitored=tuple(d for d in self.regimen if d in self.monitored),
             notes=tuple(self.notes),
@@ -302,13 +309,14 @@ def _problem_key(problem: Problem) -> tuple:
 def render(observation: Observation) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     p = observation.patient
+    slot_of = {drug: slot for slot, (drug, _, _) in zip(observation.slots, observation.regimen)}
     lines = [
         f"Patient: age {p.age}, eGFR {p.egfr}, liver {p.liver}",
         f"Conditions: {', '.join(p.conditions)}",
         "Regimen:",
-        *(f"- {drug} {dose} dose ({indication})" for drug, dose, indication in observation.regimen),
+        *(f"{slot}. {drug} {dose} dose ({indication})" for slot, (drug, dose, indication) in zip(observation.slots, observation.regimen)),
         "Evidence:",
-        *(f"- {f.drug}: {f.text}" for f in observation.evidence),
+        *(f"- [{slot_of[f.drug]}] {f.drug}: {f.text}" for f in observation.evidence),
     ]
     if not observation.evidence:
         lines.append("- none gathered yet")
@@ -317,5 +325,5 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines += [f"Note: {note}" for note in observation.notes]
     lines.append(f"Step {observation.step + 1} of {observation.budget}")
     lines.append("Candidates:")
-    lines += [f"- {c.id}" for c in observation.candidates]
+    lines += [f"- {c.id}" + (f" ({' -> '.join(c.args)})" if c.args else "") for c in observation.candidates]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -1,0 +1,80 @@
+"""The corpus: train seeds only, every episode position, fingerprinted, extras reported when skipped."""
+import json
+
+import pytest
+
+from lib.config import load_config
+from lib.corpus import CorpusHashError, _optional_label_augmentation, read_jsonl, run_corpus
+from lib.envs.base import SEEDS_PER_SPLIT
+from lib.envs.polyguard.env import PolyGuardEnv, render
+from lib.runs import Run
+
+MICRO = {"corpus.sft_episodes": 12, "corpus.grpo_prompts": 24}
+
+
+@pytest.fixture(scope="module")
+def corpus_run(tmp_path_factory):
+    config = load_config("cpu-smoke", MICRO)
+    run = Run(tmp_path_factory.mktemp("corpus"), config)
+    record = run_corpus(config, run)
+    return run, record
+
+
+def test_holdout_never_leaks_into_the_corpus(corpus_run):
+    run, record = corpus_run
+    rows = read_jsonl(record["outputs"]["sft.jsonl"]) + read_jsonl(record["outputs"]["grpo_prompts.jsonl"])
+    assert rows and all(r["split"] == "train" and 0 <= r["seed"] < SEEDS_PER_SPLIT for r in rows)
+    corpus_prompts = {json.dumps(r["prompt"]) for r in rows}
+    env = PolyGuardEnv()
+    for split in ("holdout", "holdout_novel"):
+        for seed in range(200):
+            assert json.dumps(render(env.reset(seed, split))) not in corpus_prompts
+
+
+def test_sft_rows_are_teacher_actions_and_grpo_states_span_positions(corpus_run):
+    run, record = corpus_run
+    sft = read_jsonl(record["outputs"]["sft.jsonl"])
+    assert {r["seed"] for r in sft} == set(range(12))
+    assert all(r["completion"][0]["role"] == "assistant" for r in sft)
+    grpo = read_jsonl(record["outputs"]["grpo_prompts.jsonl"])
+    positions = {r["position"] for r in grpo}
+    assert len(grpo) == 24 and max(positions) >= 3 and 0 in positions
+    # GRPO states are rebuilt exactly from their history
+    for r in grpo[:5]:
+        assert PolyGuardEnv().restore(r["seed"], r["split"], r["history"]) is not None
+        assert render(PolyGuardEnv().restore(r["seed"], r["split"], r["history"])) == r["prompt"]
+
+
+def test_same_seed_same_hashes_and_they_reach_the_manifest(corpus_run, tmp_path):
+    run, record = corpus_run
+    config = load_config("cpu-smoke", MICRO)
+    again = run_corpus(config, Run(tmp_path / "again", config))
+    assert again["metrics"]["hashes"] == record["metrics"]["hashes"]
+    assert run.manifest()["corpus_hashes"] == record["metrics"]["hashes"]
+
+
+def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, capsys):
+    run, record = corpus_run
+    pinned = load_config("cpu-smoke", {**MICRO, "corpus.expected_hash": record["metrics"]["hashes"]})
+    run_corpus(pinned, Run(tmp_path / "pinned", pinned))
+    assert "not pinned" not in capsys.readouterr().out
+    wrong = load_config("cpu-smoke", {**MICRO, "corpus.expected_hash": {"sft.jsonl": "0" * 64}})
+    with pytest.raises(CorpusHashError, match="sft.jsonl: expected 000000000000"):
+        run_corpus(wrong, Run(tmp_path / "wrong", wrong))
+    run_corpus(load_config("cpu-smoke", MICRO), Run(tmp_path / "unpinned", load_config("cpu-smoke", MICRO)))
+    assert "corpus hashes are not pinned" in capsys.readouterr().out
+
+
+def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
+    config = load_config("cpu-smoke", {**MICRO, "corpus.hf_instruction_dataset": "nobody/does-not-exist",
+                                       "corpus.label_augmentation": True, "corpus.label_cache_dir": str(tmp_path / "cache")})
+    run = Run(tmp_path / "extras", config)
+    texts, status = _optional_label_augmentation(config, ["warfarin"], url="http://127.0.0.1:9/{drug}")
+    assert texts == [] and status.startswith("skipped: drug-label API unreachable")
+    record = run_corpus(config, run)
+    extras = run.manifest()["corpus_extras"]
+    assert extras["hf_instruction_data"].startswith("skipped: could not load 'nobody/does-not-exist'")
+    assert extras["label_augmentation"].startswith("skipped:")
+    assert record["metrics"]["extras"] == extras
+    printed = capsys.readouterr().out
+    assert "corpus extra hf_instruction_data: skipped" in printed and "corpus extra label_augmentation: skipped" in printed

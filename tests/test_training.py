@@ -1,0 +1,196 @@
+"""SFT and GRPO through TRL on a micro profile: determinism, reward wiring, guards, checkpoints and resume."""
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
+from lib.config import load_config
+from lib.corpus import read_jsonl, run_corpus
+from lib.envs.base import format_action
+from lib.envs.polyguard.env import PolyGuardEnv
+from lib.envs.polyguard.reward import INVALID_PENALTY
+from lib.policies import make_policy
+from lib.rollouts import action_return
+from lib.runs import Run
+from lib.train import NonFiniteLossError, PromptTooLongError, make_reward_function, run_grpo, run_sft
+
+MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8,
+         "grpo.max_steps": 4, "grpo.batch_size": 8, "grpo.num_generations": 4, "grpo.logging_steps": 1}
+
+
+def _config(**extra):
+    return load_config("cpu-smoke", {**MICRO, **extra})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """corpus + SFT once; GRPO tests copy this folder."""
+    config = _config()
+    run = Run(tmp_path_factory.mktemp("run"), config)
+    run_corpus(config, run)
+    run_sft(config, run)
+    return run
+
+
+def _fresh(trained, tmp_path, **extra):
+    config = _config(**extra)
+    target = tmp_path / "run"
+    shutil.copytree(trained.dir, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["config"] = config.model_dump(mode="json")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return config, Run(target, config)
+
+
+def test_sft_is_full_finetune_of_the_tiny_model_and_loss_falls(trained):
+    sft = trained.read_stage("sft")
+    assert sft["metrics"]["full_finetune"] and sft["metrics"]["backend"] == "trl_transformers"
+    assert sft["metrics"]["loss_last"] < sft["metrics"]["loss_first"]
+    assert (Path(sft["outputs"]["model"]) / "model.safetensors").exists()
+
+
+def test_same_seed_same_sft_loss_curve_on_cpu(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path)
+    again = run_sft(config, run)
+    assert again["metrics"]["losses"] == trained.read_stage("sft")["metrics"]["losses"]
+
+
+def test_reward_is_the_environments_return_and_invalid_gets_the_penalty():
+    config = _config()
+    reward = make_reward_function(config)
+    env = PolyGuardEnv()
+    observation = env.reset(4, "train")
+    candidate = observation.candidates[0]
+    expected, _ = action_return(PolyGuardEnv(), 4, "train", [], format_action(candidate.id), make_policy("heuristic"))
+    scores = reward(prompts=[None] * 3,
+                    completions=[[{"role": "assistant", "content": format_action(candidate.id)}],
+                                 [{"role": "assistant", "content": "stop everything"}],
+                                 [{"role": "assistant", "content": format_action(candidate.id) + " reward=1"}]],
+                    seed=[4] * 3, split=["train"] * 3, history=["[]"] * 3)
+    assert scores[0] == pytest.approx(expected) and scores[0] >= 0
+    assert scores[1] == INVALID_PENALTY
+    assert scores[2] <= 0.0  # blocklisted text forfeits any positive reward
+
+
+def test_blocklist_reads_the_completion_never_the_prompt():
+    config = _config(**{"grpo.blocklist": ["patient"]})  # every prompt contains "Patient"
+    reward = make_reward_function(config)
+    observation = PolyGuardEnv().reset(9, "train")
+    finish = next(c for c in observation.candidates if c.kind == "gather")
+    text = format_action(finish.id)
+    [score] = reward(prompts=[[{"role": "user", "content": "Patient: ..."}]],
+                     completions=[[{"role": "assistant", "content": text}]], seed=[9], split=["train"], history=["[]"])
+    assert score > 0
+
+
+def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path)
+    record = run_grpo(config, run)
+    assert record["metrics"]["steps"] == 4 and record["metrics"]["backend"] == "trl_transformers"
+    assert (Path(record["outputs"]["adapter"]) / "adapter_model.safetensors").exists()
+    logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    step_logs = [entry for entry in logs if "reward" in entry]
+    assert step_logs and all(k in step_logs[0] for k in ("frac_reward_zero_std", "env/invalid_rate", "time/generation_s",
+                                                         "time/reward_s", "step_time", "peak_memory_mb"))
+    assert (run.dir / "grpo" / "samples.jsonl").exists()
+
+
+def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_prompt_length": 64})
+    with pytest.raises(PromptTooLongError, match="exceed grpo.max_prompt_length=64"):
+        run_grpo(config, run)
+
+
+class PoisonAt(TrainerCallback):
+    """Makes the weights NaN after `step`, so the next loss is NaN."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.step:
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.requires_grad:
+                        p.fill_(float("nan"))
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path, **{"grpo.checkpoint_every": 2, "grpo.max_steps": 6})
+    with pytest.raises(NonFiniteLossError, match=r"non-finite at step \d+; last good checkpoint: .*checkpoint-2"):
+        run_grpo(config, run, extra_callbacks=[PoisonAt(2)])
+    checkpoints = sorted((run.dir / "grpo" / "trainer").glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-2"]
+    verify_checkpoint(checkpoints[0])
+    assert json.loads((run.dir / "grpo" / "stage.json").read_text())["status"].startswith("failed")
+
+
+class KillAfter(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt("simulated kill after a checkpoint")
+
+
+def _adapter(run):
+    return load_file(run.dir / "grpo" / "adapter" / "adapter_model.safetensors")
+
+
+RESUME_TOLERANCE = 1e-4  # max abs difference of any adapter weight, resumed vs uninterrupted (CPU, fp32)
+
+
+def test_kill_then_resume_matches_an_uninterrupted_run(trained, tmp_path):
+    extra = {"grpo.checkpoint_every": 2, "grpo.max_steps": 4}
+    config, straight = _fresh(trained, tmp_path / "a", **extra)
+    run_grpo(config, straight)
+    config, killed = _fresh(trained, tmp_path / "b", **extra)
+    with pytest.raises(KeyboardInterrupt):
+        run_grpo(config, killed, extra_callbacks=[KillAfter(2)])
+    checkpoint = killed.dir / "grpo" / "trainer" / "checkpoint-2"
+    verify_checkpoint(checkpoint)
+    run_grpo(config, killed, resume_from=str(checkpoint))
+    a, b = _adapter(straight), _adapter(killed)
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= RESUME_TOLERANCE, worst
+
+
+def test_corrupted_or_incomplete_checkpoint_is_a_clear_error(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path, **{"grpo.checkpoint_every": 2, "grpo.max_steps": 2})
+    run_grpo(config, run)
+    checkpoint = run.dir / "grpo" / "trainer" / "checkpoint-2"
+    weights = checkpoint / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="adapter_model.safetensors is corrupted"):
+        run_grpo(config, run, resume_from=str(checkpoint))
+    (checkpoint / "checkpoint_manifest.json").unlink()
+    with pytest.raises(CorruptCheckpointError, match="incomplete"):
+        verify_checkpoint(checkpoint)
+    with pytest.raises(CorruptCheckpointError, match="does not exist"):
+        verify_checkpoint(tmp_path / "nope")
+
+
+def test_hub_id_code_path_loads_a_local_folder_with_lora(trained, tmp_path):
+    """A non-'tiny' model name goes through from_pretrained + LoRA, exactly as a hub id would."""
+    local = Path(trained.read_stage("sft")["outputs"]["model"])
+    config = _config(**{"model.name": str(local), "model.sft_full_finetune": False})
+    target = tmp_path / "hub"
+    shutil.copytree(trained.dir / "corpus", target / "corpus")
+    run = Run(target, config)
+    corpus_record = json.loads((target / "corpus" / "stage.json").read_text())
+    corpus_record["outputs"] = {k: str(target / "corpus" / Path(v).name) for k, v in corpus_record["outputs"].items()}
+    (target / "corpus" / "stage.json").write_text(json.dumps(corpus_record))
+    record = run_sft(config, run)
+    assert record["metrics"]["full_finetune"] is False and record["metrics"]["backend"] == "trl_transformers"
+    assert not (target / "sft" / "base_model").exists()  # nothing was built: the folder was loaded by path
+    assert math.isfinite(record["metrics"]["loss_last"])

@@ -53,6 +53,24 @@ def _stage(args) -> int:
     return 0
 
 
+def _quickcheck(args) -> int:
+    import json
+
+    from .config import RunConfig
+    from .evaluate import quick_check
+    from .runs import Run
+
+    manifest = json.loads((args.run_dir / "manifest.json").read_text())
+    config = RunConfig.model_validate(manifest["config"])
+    report = quick_check(config, Run(args.run_dir, config), args.episodes, args.split)
+    for name, r in report["policies"].items():
+        print(f"{name:<10} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
+    for name, d in report["paired"].items():
+        print(f"{name:<15} {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+    print(f"GRPO mean frac_reward_zero_std: {report['grpo_frac_reward_zero_std_mean']}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -71,6 +89,11 @@ def main(argv=None) -> int:
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")
     s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
     s.set_defaults(func=_stage)
+    q = verbs.add_parser("quickcheck", help="closed-loop SFT vs GRPO vs baselines on held-out episodes")
+    q.add_argument("--run-dir", type=Path, required=True)
+    q.add_argument("--episodes", type=int, default=200)
+    q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    q.set_defaults(func=_quickcheck)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

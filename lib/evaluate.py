@@ -75,3 +75,39 @@ def run_model_episodes(model, tokenizer, source: dict, env_name: str, seeds, spl
             active = still
     progress.close()
     return sorted(episodes, key=lambda e: e.seed), actions
+
+
+def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
+    """Closed-loop check after training: SFT and GRPO models act at every step of `episodes` held-out
+    episodes; compared paired-by-seed with random and the heuristic teacher. Writes quickcheck.json."""
+    import numpy as np
+
+    from .io import atomic_write_json
+    from .policies import make_policy
+    from .rollouts import run_episode
+    from .stats import bootstrap_ci, paired_difference
+
+    sft, grpo = run.read_stage("sft"), run.read_stage("grpo")
+    seeds = range(episodes)
+    returns: dict[str, dict[int, float]] = {}
+    invalid: dict[str, float] = {}
+    for name, (model_dir, adapter) in {"sft": (sft["outputs"]["model"], None),
+                                       "grpo": (grpo["outputs"]["base_model"], grpo["outputs"]["adapter"])}.items():
+        model, tokenizer, source = load_policy_model(model_dir, config.model, adapter)
+        episodes_run, actions = run_model_episodes(model, tokenizer, source, config.env, seeds, split, desc=f"quickcheck/{name}")
+        returns[name] = {e.seed: e.episode_return for e in episodes_run}
+        invalid[name] = sum(not a["valid"] for a in actions) / len(actions)
+    env = make_env(config.env)
+    for name in ("random", "heuristic"):
+        returns[name] = {s: run_episode(env, make_policy(name), s, split).episode_return for s in seeds}
+    summary = {name: {"mean_return": float(np.mean(list(r.values()))), "ci95": list(bootstrap_ci(list(r.values())))}
+               for name, r in returns.items()}
+    for name, rate in invalid.items():
+        summary[name]["invalid_rate"] = rate
+    report = {"split": split, "episodes": episodes, "policies": summary,
+              "paired": {"grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
+                         "sft-random": paired_difference(returns["sft"], returns["random"]),
+                         "grpo-heuristic": paired_difference(returns["grpo"], returns["heuristic"])},
+              "grpo_frac_reward_zero_std_mean": grpo["metrics"]["frac_reward_zero_std_mean"]}
+    atomic_write_json(run.dir / "quickcheck.json", report)
+    return report

@@ -52,10 +52,18 @@ class JsonlLogger(TrainerCallback):
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.unlink(missing_ok=True)
+        self._last: tuple[float, float] | None = None  # (time, num_tokens) at the previous log
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         record = {"step": state.global_step, "time": time.time(), "peak_memory_mb": round(_peak_memory_mb(), 1),
                   **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}}
+        if all(k in record for k in ("step_time", "time/generation_s", "time/reward_s")):
+            # TRL's step_time covers generation, reward and the optimisation step; the rest is forward+backward
+            record["time/backward_s"] = record["step_time"] - record["time/generation_s"] - record["time/reward_s"]
+        if "num_tokens" in record:
+            if self._last is not None and record["time"] > self._last[0]:
+                record["throughput_tokens_per_s"] = (record["num_tokens"] - self._last[1]) / (record["time"] - self._last[0])
+            self._last = (record["time"], record["num_tokens"])
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
@@ -82,10 +90,10 @@ def _sft_dataset(rows: list[dict]) -> Dataset:
 def run_sft(config: RunConfig, run: Run) -> dict:
     from trl import SFTConfig, SFTTrainer
 
-    from .trl_compat import ensure_sft_logprob_kernel
+    from .trl_compat import ensure_logprob_kernel
 
     started = time.time()
-    logprob_kernel = ensure_sft_logprob_kernel()
+    logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
     rows = read_jsonl(corpus["outputs"]["sft.jsonl"])
@@ -219,7 +227,10 @@ def _timed_trainer_class():
 def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=()) -> dict:
     from trl import GRPOConfig
 
+    from .trl_compat import ensure_logprob_kernel
+
     started = time.time()
+    logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
     sft = run.read_stage("sft")
@@ -241,7 +252,12 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
                                      train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(config.model),
                                      callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
     run.log("grpo_start", resume_from=resume_from, prompts=len(dataset))
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    except RuntimeError as error:  # NaN weights can also surface as a sampling error inside generation
+        if "nan" not in str(error).lower() and "inf" not in str(error).lower():
+            raise
+        guard.bad_step = trainer.state.global_step + 1
     if guard.bad_step is not None:
         good = sorted((out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         last = str(good[-1]) if good else "none"
@@ -260,7 +276,7 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     return run.stage_done("grpo", started=started, params=g.model_dump(),
                           inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "sft_model": sft["outputs"]["model"]},
                           outputs={"adapter": str(adapter_dir), "base_model": sft["outputs"]["model"]},
-                          metrics={"backend": backend, "steps": trainer.state.global_step,
+                          metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step,
                                    "reward_first": history[0]["reward"] if history else None,
                                    "reward_last": history[-1]["reward"] if history else None,
                                    "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,

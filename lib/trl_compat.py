@@ -1,9 +1,9 @@
-"""Make TRL 1.15's SFTTrainer run on a CPU-only torch.
+"""Make TRL 1.15's SFTTrainer and GRPOTrainer run on a CPU-only torch.
 
-TRL 1.15 computes SFT log-probs with a fused LM head whose kernel is written in Triton, and the CPU torch wheel
-ships no Triton, so `SFTTrainer` fails at its first step (`_ChunkedLogProbFunction` is None). When and only when
-that kernel is missing, `ensure_sft_logprob_kernel()` plugs in the same computation in plain torch (full logits,
-fine for small vocabularies). Used by the sft stage, which records the kernel it ran with.
+TRL 1.15 computes SFT and GRPO log-probs with a fused LM head whose kernel is written in Triton, and the CPU torch wheel
+ships no Triton, so both trainers fail at its first step (`_ChunkedLogProbFunction` is None). When and only when
+that kernel is missing, `ensure_logprob_kernel()` plugs in the same computation in plain torch (full logits,
+fine for small vocabularies). Used by the sft and grpo stages, which record the kernel it ran with.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ class TorchChunkedLogProb:
         return logprobs, entropy, log_sum_sq_probs, mean_logits, is_top1
 
 
-def ensure_sft_logprob_kernel() -> str:
-    """Returns the kernel SFT will use: 'triton' (TRL's own) or 'torch' (this module's, only without Triton)."""
+def ensure_logprob_kernel() -> str:
+    """Returns the kernel the trainers will use: 'triton' (TRL's own) or 'torch' (this module's, only without Triton)."""
     import trl.trainer.utils as trl_utils
 
     if trl_utils._ChunkedLogProbFunction is None:

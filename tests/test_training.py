@@ -18,9 +18,9 @@ from lib.envs.polyguard.reward import INVALID_PENALTY
 from lib.policies import make_policy
 from lib.rollouts import action_return
 from lib.runs import Run
-from lib.train import NonFiniteLossError, PromptTooLongError, make_reward_function, run_grpo, run_sft
+from lib.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, make_reward_function, run_grpo, run_sft
 
-MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8,
+MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8, "sft.logging_steps": 1,
          "grpo.max_steps": 4, "grpo.batch_size": 8, "grpo.num_generations": 4, "grpo.logging_steps": 1}
 
 
@@ -97,7 +97,7 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     step_logs = [entry for entry in logs if "reward" in entry]
     assert step_logs and all(k in step_logs[0] for k in ("frac_reward_zero_std", "env/invalid_rate", "time/generation_s",
-                                                         "time/reward_s", "step_time", "peak_memory_mb"))
+                                                         "time/reward_s", "step_time", "time/backward_s", "peak_memory_mb"))
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
@@ -108,12 +108,12 @@ def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
 
 
 class PoisonAt(TrainerCallback):
-    """Makes the weights NaN after `step`, so the next loss is NaN."""
+    """Makes the trainable weights NaN right after the checkpoint of `step` is written."""
 
     def __init__(self, step):
         self.step = step
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
+    def on_save(self, args, state, control, model=None, **kwargs):
         if state.global_step == self.step:
             with torch.no_grad():
                 for p in model.parameters():
@@ -129,6 +129,19 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(trained, tmp_
     assert [c.name for c in checkpoints] == ["checkpoint-2"]
     verify_checkpoint(checkpoints[0])
     assert json.loads((run.dir / "grpo" / "stage.json").read_text())["status"].startswith("failed")
+
+
+def test_guard_stops_on_a_non_finite_logged_loss_without_saving():
+    from transformers import TrainerControl, TrainerState
+
+    guard, control, state = FiniteLossGuard(), TrainerControl(), TrainerState()
+    state.global_step = 7
+    control.should_save = True
+    guard.on_log(None, state, control, logs={"loss": float("inf")})
+    assert guard.bad_step == 7 and control.should_training_stop and not control.should_save
+    fine = FiniteLossGuard()
+    fine.on_log(None, state, TrainerControl(), logs={"loss": 0.3, "grad_norm": 1.0})
+    assert fine.bad_step is None
 
 
 class KillAfter(TrainerCallback):

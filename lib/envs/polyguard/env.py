@@ -22,9 +22,9 @@ ACTION_TEXT = {"gather": "gather evidence on {}", "stop": "stop {}", "substitute
 MAX_ALTERNATIVES_SHOWN = 2
 
 SYSTEM_PROMPT = (
-    "You review medication safety. Gather evidence before changing a drug; prefer a safe substitute to stopping "
-    "a needed drug; reduce doses kidney function requires; monitor moderate interactions; finish only when no "
-    'major risk remains. Reply with one JSON object naming one candidate: {"action": "<candidate>"}'
+    "Review this regimen for medication safety. Gather evidence first; prefer a safe substitute to stopping a "
+    "needed drug; reduce doses for kidney function; monitor moderate interactions; finish when no major risk "
+    'remains. Answer with one JSON object: {"action": "<candidate>"}'
 )
 
 
@@ -222,7 +222,7 @@ class PolyGuardEnv(Environment):
         for other in self.regimen:
             if other != drug and (found := kb.interaction(drug, other)) is not None:
                 findings.append(Finding(drug, "interaction", other, found.severity,
-                                        f"interaction with [{self.slots[other]}] {other}: {found.severity}; {found.mechanism}"))
+                                        f"{found.severity} interaction with [{self.slots[other]}] {other}"))
             if other != drug and kb.drugs[other].drug_class == kb.drugs[drug].drug_class:
                 cls = kb.drugs[drug].drug_class
                 findings.append(Finding(drug, "duplicate", other, cls, f"same class as [{self.slots[other]}] {other} ({cls}): duplicate therapy"))
@@ -232,10 +232,10 @@ class PolyGuardEnv(Environment):
             verdict = rule.action if applies else "no change"
             findings.append(Finding(drug, "renal", "", verdict if applies else "none",
                                     f"renal: {rule.action} if eGFR < {rule.egfr_below}; eGFR {patient.egfr} -> {verdict}"))
-        for condition, reason in kb.contraindications.get(drug, {}).items():
+        for condition in kb.contraindications.get(drug, {}):
             if condition in patient.conditions:
                 findings.append(Finding(drug, "contraindication", condition, "major",
-                                        f"contraindicated in {condition}: {reason}"))
+                                        f"contraindicated in {condition}"))
         for number, alternative in enumerate(self._alternatives(drug), start=1):
             verdict = self._screen(drug, alternative)
             findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {number} {alternative}: {verdict}"))
@@ -323,7 +323,11 @@ def render(observation: Observation) -> list[dict[str, str]]:
     if observation.monitored:
         lines.append(f"Monitoring: {', '.join(observation.monitored)}")
     lines += [f"Note: {note}" for note in observation.notes]
-    lines.append(f"Step {observation.step + 1} of {observation.budget}")
+    lines.append(f"Steps left: {observation.budget - observation.step}")
     lines.append("Candidates:")
-    lines += [f"- {c.id}" + (f" ({' -> '.join(c.args)})" if c.args else "") for c in observation.candidates]
+    lines += [f"- {c.id}" for c in observation.candidates]
+    # Said last, nearest the answer: which regimen numbers still have no evidence (derived from the above).
+    unreviewed = [str(slot) for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
+                  if not any(f.drug == drug for f in observation.evidence)]
+    lines.append(f"To review: {', '.join(unreviewed) or 'none'}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -41,7 +41,7 @@ class RandomPolicy(Policy):
 
 
 class HeuristicPolicy(Policy):
-    """The SFT teacher, deliberately imperfect: it gathers evidence on every drug, then STOPS the later drug
+    """The SFT teacher, deliberately imperfect: it gathers evidence on every drug (last listed first), then STOPS the later drug
     of each major interaction, duplicate or contraindication (never substitutes), ignores renal dosing and
     never orders monitoring."""
 
@@ -49,9 +49,9 @@ class HeuristicPolicy(Policy):
 
     def act(self, observation, env):
         gather = [c for c in observation.candidates if c.kind == "gather"]
-        if gather:
+        if gather:  # reviews the last unreviewed drug first: the last number the prompt shows
             order = {drug: i for i, (drug, _, _) in enumerate(observation.regimen)}
-            return format_action(min(gather, key=lambda c: order[c.args[0]]).id)
+            return format_action(max(gather, key=lambda c: order[c.args[0]]).id)
         order = [drug for drug, _, _ in observation.regimen]
         for finding in observation.evidence:
             if finding.kind == "interaction" and finding.detail in ("major", "contraindicated") or finding.kind == "duplicate":

@@ -67,7 +67,18 @@ def detect_problems(kb: KnowledgeBase, patient: Patient, regimen: dict[str, str]
     return frozenset(problems)
 
 
+_POOL_CACHE: dict[tuple[int, bool], tuple[KnowledgeBase, tuple]] = {}
+
+
 def _pools(kb: KnowledgeBase, novel: bool):
+    """Planting pools for a knowledge base, built once per (kb, split kind)."""
+    key = (id(kb), novel)
+    if key not in _POOL_CACHE:  # the entry holds kb itself, so its id cannot be reused while cached
+        _POOL_CACHE[key] = (kb, _build_pools(kb, novel))
+    return _POOL_CACHE[key][1]
+
+
+def _build_pools(kb: KnowledgeBase, novel: bool):
     majors = [i for i in kb.interactions.values() if i.is_major and i.reserved == novel]
     by_class: dict[str, list[str]] = {}
     for drug in kb.drugs.values():

@@ -20,7 +20,7 @@ from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from .config import RunConfig
 from .corpus import read_jsonl
 from .envs import make_env
-from .models import backend_for, build_tiny, cuda_available, is_tiny, load_model, lora_config, weights_sha256
+from .models import build_tiny, cuda_available, is_tiny, load_model, lora_config, weights_sha256
 from .policies import make_policy
 from .rollouts import action_return
 from .runs import Run, seed_everything
@@ -265,12 +265,7 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
                        metrics={"bad_step": guard.bad_step}, status="failed: non-finite loss")
         raise NonFiniteLossError(f"GRPO loss became non-finite at step {guard.bad_step}; last good checkpoint: {last}")
     adapter_dir = out / "adapter"
-    tmp = adapter_dir.with_name(".adapter.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    trainer.model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(adapter_dir, ignore_errors=True)
-    tmp.rename(adapter_dir)
+    _save_atomically(trainer, tokenizer, adapter_dir, merge=False)
     history = [h for h in trainer.state.log_history if "reward" in h]
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return run.stage_done("grpo", started=started, params=g.model_dump(),

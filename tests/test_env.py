@@ -64,7 +64,7 @@ def test_invalid_action_gets_fixed_penalty_and_three_in_a_row_end_the_episode(en
 
 
 def test_invalid_is_never_coerced_into_an_action(env):
-    obs = env.reset(5, "train")
+    env.reset(5, "train")
     before = env.state()
     result = env.step('{"action": "a999"}')
     assert result.reward == INVALID_PENALTY

@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 
 from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.config import load_config
-from lib.corpus import read_jsonl, run_corpus
+from lib.corpus import run_corpus
 from lib.envs.base import format_action
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY

@@ -77,7 +77,6 @@ class PolyGuardEnv(Environment):
         self._executed: set[tuple] = set()
         self._seen_regimens = {self._signature()}
         self._steps = self._valid = self._consecutive_invalid = 0
-        self._reviewed = False
         self._total = 0.0
         self._done = False
         self._evidence_cache: dict[str, tuple[Finding, ...]] = {}
@@ -179,7 +178,6 @@ class PolyGuardEnv(Environment):
         if kind == "gather":
             self.gathered.add(args[0])
         elif kind == "review":
-            self._reviewed = True
             self._review()
         elif kind == "monitor":
             self.monitored.add(args[0])

@@ -29,27 +29,83 @@ def _parse_overrides(pairs: list[str]) -> dict:
     return overrides
 
 
-def _stage(args) -> int:
-    from .config import load_config
-    from .runs import Run, new_run_id
+def _config_for(args):
+    """The run's own config when the run folder exists (later stages), else the named profile (default cpu-smoke)."""
+    import json
 
-    config = load_config(args.profile, _parse_overrides(args.set))
-    run_dir = args.run_dir or Path(config.output_root) / new_run_id(config.profile)
-    run = Run(run_dir, config)
-    if args.stage == "corpus":
+    from .config import RunConfig, load_config
+
+    manifest = Path(args.run_dir) / "manifest.json" if args.run_dir else None
+    if args.profile is None and manifest is not None and manifest.exists():
+        if args.set:
+            raise ValueError("--set applies to a new run; this run's config is fixed in its manifest.json")
+        return RunConfig.model_validate(json.loads(manifest.read_text())["config"])
+    return load_config(args.profile or "cpu-smoke", _parse_overrides(args.set))
+
+
+def run_stage(stage: str, config, run, resume_from=None) -> dict:
+    """One stage by name: the CLI, the notebooks and the runner all come through here."""
+    if stage == "corpus":
         from .corpus import run_corpus
 
-        record = run_corpus(config, run)
-    elif args.stage == "sft":
+        return run_corpus(config, run)
+    if stage == "sft":
         from .train import run_sft
 
-        record = run_sft(config, run)
-    else:
+        return run_sft(config, run)
+    if stage == "grpo":
         from .train import run_grpo
 
-        record = run_grpo(config, run, resume_from=args.resume_from)
+        return run_grpo(config, run, resume_from=resume_from)
+    if stage == "evaluate":
+        from .evaluate import run_evaluate
+
+        return run_evaluate(config, run)
+    if stage == "export":
+        from .export import run_export
+
+        return run_export(config, run)
+    if stage == "postsave":
+        from .postsave import run_postsave
+
+        return run_postsave(config, run)
+    raise ValueError(f"unknown stage {stage!r}; choose one of {list(STAGES)}")
+
+
+STAGES = ("corpus", "sft", "grpo", "evaluate", "export", "postsave")
+
+
+def _stage(args) -> int:
+    from .runs import Run, new_run_id
+
+    config = _config_for(args)
+    run_dir = args.run_dir or Path(config.output_root) / new_run_id(config.profile)
+    run = Run(run_dir, config)
+    record = run_stage(args.stage, config, run, resume_from=args.resume_from)
     shown = {k: v for k, v in record["metrics"].items() if not isinstance(v, (list, dict))}
     print(f"stage {args.stage} {record['status']} in {record['duration_s']}s -> {run.dir}: {shown}")
+    return 0
+
+
+def _activate(args) -> int:
+    from .postsave import activate
+
+    record = activate(args.run_dir, args.artifact)
+    print(f"active model: {record['artifact']} {record['path']} (sha256 {record['sha256'][:12]}) -> {Path(args.run_dir).parent / 'active_model.json'}")
+    return 0
+
+
+def _model_outputs(args) -> int:
+    from .export import model_outputs_worker
+
+    model_outputs_worker(args.run_dir, args.model_dir, args.prompts, args.out)
+    return 0
+
+
+def _postsave_worker(args) -> int:
+    from .postsave import postsave_worker
+
+    postsave_worker(args.run_dir, args.model_dir, args.episodes, args.out)
     return 0
 
 
@@ -83,8 +139,8 @@ def main(argv=None) -> int:
     b.add_argument("--out", type=Path, default=None)
     b.set_defaults(func=_baselines)
     s = verbs.add_parser("stage", help="run one training stage headless (also under accelerate launch / torchrun)")
-    s.add_argument("stage", choices=["corpus", "sft", "grpo"])
-    s.add_argument("--profile", default="cpu-smoke")
+    s.add_argument("stage", choices=STAGES)
+    s.add_argument("--profile", default=None, help="profile name or yaml path (default: the run's own config, else cpu-smoke)")
     s.add_argument("--run-dir", type=Path, default=None)
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")
     s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
@@ -94,6 +150,23 @@ def main(argv=None) -> int:
     q.add_argument("--episodes", type=int, default=200)
     q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     q.set_defaults(func=_quickcheck)
+    a = verbs.add_parser("activate", help="name the artifact of a run that later loads use (outputs/active_model.json)")
+    a.add_argument("run_dir", type=Path)
+    a.add_argument("--artifact", choices=["grpo", "merged", "sft"], default=None,
+                   help="default: the first that exists of grpo, merged, sft")
+    a.set_defaults(func=_activate)
+    m = verbs.add_parser("_model-outputs", help="internal: fresh-process side of the export check")
+    m.add_argument("--run-dir", type=Path, required=True)
+    m.add_argument("--model-dir", type=Path, required=True)
+    m.add_argument("--prompts", type=Path, required=True)
+    m.add_argument("--out", type=Path, required=True)
+    m.set_defaults(func=_model_outputs)
+    w = verbs.add_parser("_postsave-worker", help="internal: fresh-process side of postsave")
+    w.add_argument("--run-dir", type=Path, required=True)
+    w.add_argument("--model-dir", type=Path, required=True)
+    w.add_argument("--episodes", type=int, required=True)
+    w.add_argument("--out", type=Path, required=True)
+    w.set_defaults(func=_postsave_worker)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -92,6 +92,10 @@ class EvalConfig(Strict):
     train_episodes: int = Field(ge=1)
     splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
     bootstrap_resamples: int = Field(2000, ge=100)
+    ablations: list[Literal["sampled", "veto", "no_sft"]] = Field(
+        ["sampled", "veto"], description="measured ablations; no_sft trains a second GRPO run from the untrained model")
+    ablation_episodes: int = Field(100, ge=1)
+    veto_k: int = Field(3, ge=1, description="legality veto: re-ask an invalid output up to k times")
 
 
 class ExportConfig(Strict):
@@ -99,6 +103,7 @@ class ExportConfig(Strict):
     hub_repo: str | None = None
     check_prompts: int = Field(8, ge=1)
     postsave_episodes: int = Field(20, ge=1)
+    logit_tolerance: float = Field(1e-4, gt=0, description="merged vs unmerged: max |logit diff| on the check prompts")
 
 
 class RunConfig(Strict):

@@ -146,6 +146,19 @@ def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
     tmp.rename(target)
 
 
+ANTI_CHEAT_RULES = ("loop", "review_abuse", "unsafe_end")
+
+
+def anti_cheat_rule(info: dict) -> str | None:
+    """Which anti-cheat rule an episode's end hit: an exploit the env named (loop, review_abuse), or ending
+    with a major risk still in the regimen (unsafe_end); None when no rule fired."""
+    if info.get("exploit"):
+        return info["exploit"]
+    if info.get("components", {}).get("anti_cheat", 0.0) < 0:
+        return "unsafe_end"
+    return None
+
+
 def make_reward_function(config: RunConfig, samples_path: Path | None = None):
     """GRPO reward, step mode: the completion is applied at the sampled state and the reference policy
     finishes the episode; the reward is that episode's true return. Invalid output gets the environment's
@@ -156,12 +169,16 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None):
 
     def environment_reward(prompts, completions, seed, split, history, log_metric=None, log_extra=None, **_):
         rewards, invalid, blocked, exploits = [], 0, 0, 0
+        rules: dict[str, int] = {}
         components_sum: dict[str, float] = {}
         for completion, s, sp, h in zip(completions, seed, split, history):
             text = completion[-1]["content"] if isinstance(completion, list) else completion
             score, info = action_return(env, s, sp, json.loads(h), text, reference)
             invalid += "invalid" in info
             exploits += bool(info.get("exploit"))
+            rule = anti_cheat_rule(info)
+            if rule is not None:
+                rules[rule] = rules.get(rule, 0) + 1
             for name, value in info["components"].items():
                 components_sum[name] = components_sum.get(name, 0.0) + value
             if any(b in text.lower() for b in blocklist):
@@ -180,6 +197,8 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None):
             log_metric("env/exploit_rate", exploits / n)
             for name, total in components_sum.items():
                 log_metric(f"env/component/{name}", total / n)
+            for name in ANTI_CHEAT_RULES:
+                log_metric(f"env/anti_cheat/{name}", rules.get(name, 0) / n)
         return rewards
 
     return environment_reward
@@ -224,7 +243,9 @@ def _timed_trainer_class():
     return TimedGRPOTrainer
 
 
-def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=()) -> dict:
+def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=(), *,
+             base_model: str | None = None, stage: str = "grpo") -> dict:
+    """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
     from trl import GRPOConfig
 
     from .trl_compat import ensure_logprob_kernel
@@ -236,8 +257,9 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     sft = run.read_stage("sft")
     if resume_from is not None:
         verify_checkpoint(Path(resume_from))
-    out = run.stage_dir("grpo")
-    model, tokenizer, backend = load_model(sft["outputs"]["model"], config.model)
+    out = run.stage_dir(stage)
+    base_model = base_model or sft["outputs"]["model"]
+    model, tokenizer, backend = load_model(base_model, config.model)
     rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
     g = config.grpo
     dataset = _grpo_dataset(rows, tokenizer, g.max_prompt_length)
@@ -251,7 +273,7 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl"), args=args,
                                      train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(config.model),
                                      callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
-    run.log("grpo_start", resume_from=resume_from, prompts=len(dataset))
+    run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     except RuntimeError as error:  # NaN weights can also surface as a sampling error inside generation
@@ -261,16 +283,16 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     if guard.bad_step is not None:
         good = sorted((out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         last = str(good[-1]) if good else "none"
-        run.stage_done("grpo", started=started, params=g.model_dump(), inputs={}, outputs={"last_good_checkpoint": last},
+        run.stage_done(stage, started=started, params=g.model_dump(), inputs={}, outputs={"last_good_checkpoint": last},
                        metrics={"bad_step": guard.bad_step}, status="failed: non-finite loss")
         raise NonFiniteLossError(f"GRPO loss became non-finite at step {guard.bad_step}; last good checkpoint: {last}")
     adapter_dir = out / "adapter"
     _save_atomically(trainer, tokenizer, adapter_dir, merge=False)
     history = [h for h in trainer.state.log_history if "reward" in h]
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
-    return run.stage_done("grpo", started=started, params=g.model_dump(),
-                          inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "sft_model": sft["outputs"]["model"]},
-                          outputs={"adapter": str(adapter_dir), "base_model": sft["outputs"]["model"]},
+    return run.stage_done(stage, started=started, params=g.model_dump(),
+                          inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "base_model": base_model},
+                          outputs={"adapter": str(adapter_dir), "base_model": base_model},
                           metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step,
                                    "reward_first": history[0]["reward"] if history else None,
                                    "reward_last": history[-1]["reward"] if history else None,

@@ -18,8 +18,10 @@ WEIGHTS = {
     "process": 0.10,     # moderate interactions left in the regimen are monitored
     "anti_cheat": 1.0,   # penalty: finishing with a major risk, loops, review abuse
 }
+# A cheat costs the whole positive weight, so the clamped terminal reward of any cheating episode is 0: no
+# format-perfect but harmful ending (finish with a major risk, a loop, a second review) can outscore a legal one.
 INVALID_PENALTY = -0.1  # step reward of any invalid action; every legal episode return is >= 0
-ANTI_CHEAT_PENALTY = 0.5
+ANTI_CHEAT_PENALTY = 1.0
 STOP_CREDIT = 0.5  # a problem "fixed" by leaving a condition untreated is only half fixed
 
 

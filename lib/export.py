@@ -1,0 +1,163 @@
+"""Stage `export`: merge the GRPO LoRA adapter into its base as a new folder, fingerprint every file, and prove
+in a fresh process that the merged model answers like the unmerged adapter. Optional push to the hub.
+
+`python -m lib stage export --run-dir outputs/<id>`; notebook 06_export_postsave calls `run_export`.
+Writes `export/merged/` (refuses to overwrite) and `export/export_manifest.json`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .envs import make_env
+from .io import atomic_write_json
+from .models import load_model, sha256_file, weights_sha256
+from .policies import make_policy
+from .rollouts import teacher_states
+
+LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
+
+
+class ExportError(RuntimeError):
+    """The export cannot be made or does not behave like the model it came from."""
+
+
+class ExportExistsError(ExportError, FileExistsError):
+    """The export folder already exists; exports are never overwritten."""
+
+
+def file_manifest(folder: Path) -> dict:
+    """sha256 of every file in a folder, plus the weights sha used as `model_source`."""
+    folder = Path(folder)
+    files = {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {"files": files, "weights_sha256": weights_sha256(folder)}
+
+
+def check_prompts(config, n: int) -> list[list[dict]]:
+    """Fixed prompts for the merge check: states at every position of the first held-out teacher episodes."""
+    env = make_env(config.env)
+    states = teacher_states(env, make_policy("heuristic"), range(n), "holdout")[:n]
+    return [env.render(env.restore(seed, "holdout", history)) for seed, history in states]
+
+
+@torch.no_grad()
+def model_outputs(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int) -> dict:
+    """Greedy completions and next-token logits for each prompt (one at a time: no padding effects)."""
+    texts, logits = [], []
+    for messages in prompts:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
+        logits.append(model(**encoded).logits[0, -1].float().cpu().tolist())
+        output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
+                                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts.append(tokenizer.decode(output[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True))
+    return {"texts": texts, "logits": logits}
+
+
+def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_config) -> None:
+    """Merge a LoRA adapter into its base into `target`, a new folder (written to a temp sibling, then renamed)."""
+    from peft import PeftModel
+
+    target = Path(target)
+    if target.exists():
+        raise ExportExistsError(f"{target} already exists; exports are never overwritten (choose a new run or delete it yourself)")
+    model, tokenizer, _ = load_model(base_dir, model_config, trainable=False)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)
+
+
+def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_TOLERANCE) -> dict:
+    """Do two models agree on fixed prompts? Greedy texts equal and logits within `tolerance`."""
+    diffs = [max(abs(a - b) for a, b in zip(x, y)) for x, y in zip(reference["logits"], candidate["logits"])]
+    same = [a == b for a, b in zip(reference["texts"], candidate["texts"])]
+    return {"prompts": len(same), "greedy_texts_equal": sum(same), "max_abs_logit_diff": max(diffs),
+            "tolerance": tolerance, "agree": all(same) and max(diffs) <= tolerance}
+
+
+def _fresh_process_outputs(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> dict:
+    """Load `model_dir` in a new python process (nothing shared with this one) and compute its outputs."""
+    command = [sys.executable, "-m", "lib", "_model-outputs", "--run-dir", str(run_dir), "--model-dir", str(model_dir),
+               "--prompts", str(prompts_path), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    if done.returncode != 0:
+        raise ExportError(f"fresh-process reload of {model_dir} failed:\n{done.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def push_to_hub(folder: Path, export_config) -> str:
+    """Upload with huggingface_hub; the token comes from the environment only. Returns what happened."""
+    if not export_config.push_to_hub:
+        return "skipped: export.push_to_hub is false"
+    if not export_config.hub_repo:
+        return "skipped: export.hub_repo is not set"
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not token:
+        return "skipped: no HF_TOKEN in the environment"
+    from huggingface_hub import HfApi
+
+    try:
+        api = HfApi(token=token)
+        api.create_repo(export_config.hub_repo, exist_ok=True, private=True)
+        api.upload_folder(folder_path=str(folder), repo_id=export_config.hub_repo)
+    except Exception as error:  # offline or refused: said plainly, never silent
+        return f"skipped: hub unreachable or refused ({type(error).__name__}: {str(error)[:200]})"
+    return f"pushed to https://huggingface.co/{export_config.hub_repo}"
+
+
+def run_export(config, run) -> dict:
+    from peft import PeftModel
+
+    started = time.time()
+    grpo = run.read_stage("grpo")
+    out = run.stage_dir("export")
+    target = out / "merged"
+    base_dir, adapter_dir = grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"])
+    if weights_sha256(adapter_dir) != grpo["metrics"]["adapter_sha256"]:
+        raise ExportError(f"{adapter_dir} does not match the sha256 the grpo stage recorded; refusing to export it")
+    merge_adapter(base_dir, adapter_dir, target, config.model)
+    manifest = {"source": {"base": base_dir, "adapter": str(adapter_dir), "adapter_sha256": grpo["metrics"]["adapter_sha256"]},
+                **file_manifest(target)}
+
+    prompts = check_prompts(config, config.export.check_prompts)
+    prompts_path = out / "check_prompts.json"
+    atomic_write_json(prompts_path, prompts)
+    model, tokenizer, _ = load_model(base_dir, config.model, trainable=False)
+    unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+    reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
+    reloaded = _fresh_process_outputs(run.dir, target, prompts_path, out / "merged_outputs.json")
+    agreement = compare_outputs(reference, reloaded, config.export.logit_tolerance)
+    manifest["check"] = agreement
+    manifest["hub"] = push_to_hub(target, config.export)
+    print(f"export hub: {manifest['hub']}")
+    atomic_write_json(out / "export_manifest.json", manifest)
+    if not agreement["agree"]:
+        run.stage_done("export", started=started, params=config.export.model_dump(), inputs={}, outputs={"merged": str(target)},
+                       metrics=agreement, status="failed: merged model disagrees with the adapter")
+        raise ExportError(f"merged model disagrees with the unmerged adapter: {agreement}")
+    return run.stage_done("export", started=started, params=config.export.model_dump(),
+                          inputs={"base": base_dir, "adapter": str(adapter_dir)},
+                          outputs={"merged": str(target), "export_manifest.json": str(out / "export_manifest.json")},
+                          metrics={"weights_sha256": manifest["weights_sha256"], "files": len(manifest["files"]),
+                                   **agreement, "hub": manifest["hub"]})
+
+
+def model_outputs_worker(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> None:
+    """`python -m lib _model-outputs`: the fresh-process side of the merge check."""
+    from .config import RunConfig
+
+    config = RunConfig.model_validate(json.loads((Path(run_dir) / "manifest.json").read_text())["config"])
+    model, tokenizer, _ = load_model(model_dir, config.model, trainable=False)
+    model.eval()
+    prompts = json.loads(Path(prompts_path).read_text())
+    atomic_write_json(out, model_outputs(model, tokenizer, prompts, config.grpo.max_completion_length))

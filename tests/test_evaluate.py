@@ -1,0 +1,218 @@
+"""Evaluation, anti-hacking, export, post-save and activate on a micro run (corpus -> sft -> grpo -> evaluate ->
+export -> postsave), including every failure path the issue names."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lib import antihack
+from lib.config import load_config
+from lib.corpus import run_corpus
+from lib.envs.base import format_action
+from lib.evaluate import ProvenanceError, check_provenance, run_evaluate
+from lib.export import ExportExistsError, compare_outputs, merge_adapter, run_export
+from lib.models import weights_sha256
+from lib.postsave import PostsaveError, activate, load_active, run_postsave
+from lib.runs import Run
+from lib.train import run_grpo, run_sft
+
+MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8,
+         "grpo.max_steps": 2, "grpo.batch_size": 8, "grpo.num_generations": 4, "eval.episodes": 6, "eval.train_episodes": 4,
+         "eval.ablation_episodes": 4, "eval.ablations": ["sampled", "veto", "no_sft"], "eval.bootstrap_resamples": 200,
+         "export.check_prompts": 3, "export.postsave_episodes": 2}
+BASELINES = ["random", "heuristic", "oracle", "always_finish"]
+
+
+def _perturb_adapter(run):
+    """Micro GRPO barely moves LoRA B from zero; give the adapter real weights so the merge check is not vacuous."""
+    record_path = run.dir / "grpo" / "stage.json"
+    record = json.loads(record_path.read_text())
+    weights_path = Path(record["outputs"]["adapter"]) / "adapter_model.safetensors"
+    generator = torch.Generator().manual_seed(0)
+    weights = {k: (torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v) for k, v in load_file(weights_path).items()}
+    save_file(weights, weights_path)
+    record["metrics"]["adapter_sha256"] = weights_sha256(weights_path.parent)
+    record_path.write_text(json.dumps(record))
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    config = load_config("cpu-smoke", MICRO)
+    run = Run(tmp_path_factory.mktemp("outputs") / "run", config)
+    run_corpus(config, run)
+    run_sft(config, run)
+    run_grpo(config, run)
+    _perturb_adapter(run)
+    run_evaluate(config, run, policies=BASELINES)
+    run_export(config, run)
+    run_postsave(config, run)
+    return config, run
+
+
+def _records(run):
+    return [json.loads(line) for line in (run.dir / "evaluate" / "episodes.jsonl").read_text().splitlines()]
+
+
+def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
+    config, run = done
+    report = json.loads((run.dir / "evaluate" / "eval.json").read_text())
+    assert set(report["splits"]) == {"holdout", "holdout_novel", "train"}
+    for split in report["splits"].values():
+        assert set(split["policies"]) == {"untrained", "sft", "grpo", *BASELINES}
+        assert set(split["paired"]) == {"grpo-sft", "grpo-heuristic", "sft-heuristic"}
+        for summary in split["policies"].values():
+            lo, hi = summary["ci95"]
+            assert lo <= summary["mean_return"] <= hi
+            assert {"components", "invalid_rate", "mean_steps", "latency_s_per_action"} <= set(summary)
+    assert report["splits"]["holdout"]["policies"]["oracle"]["mean_return"] > report["splits"]["holdout"]["policies"]["random"]["mean_return"]
+    assert report["improved"] == (report["splits"]["holdout"]["paired"]["grpo-sft"]["ci95"][0] > 0)
+    assert report["backends"] == {"sft": "trl_transformers", "grpo": "trl_transformers"}
+    assert set(report["ablations"]) == {"sampled", "veto", "no_sft"}
+    assert report["ablations"]["veto"]["veto_retries_per_action"] >= 0
+    assert json.loads((run.dir / "grpo_no_sft" / "stage.json").read_text())["inputs"]["base_model"].endswith("base_model")
+    records = _records(run)
+    assert {r["policy"] for r in records} >= {"untrained", "sft", "grpo", "grpo_no_sft", *BASELINES}
+    grpo_actions = [a for r in records if r["policy"] == "grpo" for a in r["actions"]]
+    assert grpo_actions and all(a["model_source"]["sha256"] == report["artifacts"]["grpo"]["sha256"] for a in grpo_actions)
+    check_provenance(records, report["artifacts"])  # the written file passes its own check
+
+
+def test_a_planted_fallback_or_a_missing_source_fails_the_provenance_check(done):
+    config, run = done
+    artifacts = json.loads((run.dir / "evaluate" / "eval.json").read_text())["artifacts"]
+    records = _records(run)
+    planted = json.loads(json.dumps(records))
+    grpo = next(r for r in planted if r["policy"] == "grpo")
+    grpo["actions"][0]["model_source"] = {"policy": "heuristic"}  # a heuristic answered for the model
+    with pytest.raises(ProvenanceError, match="fallback"):
+        check_provenance(planted, artifacts)
+    missing = json.loads(json.dumps(records))
+    del next(r for r in missing if r["policy"] == "sft")["actions"][0]["model_source"]
+    with pytest.raises(ProvenanceError, match="no model_source"):
+        check_provenance(missing, artifacts)
+    flagged = json.loads(json.dumps(records))
+    next(r for r in flagged if r["policy"] == "sft")["actions"][0]["fallback"] = True
+    with pytest.raises(ProvenanceError):
+        check_provenance(flagged, artifacts)
+
+
+def test_evaluation_fails_loudly_when_an_action_loses_its_source(done, monkeypatch, tmp_path):
+    import lib.evaluate as evaluate
+
+    config, run = done
+    real = evaluate.run_model_episodes
+
+    def leaky(*args, **kwargs):
+        episodes, actions = real(*args, **kwargs)
+        actions[0] = {k: v for k, v in actions[0].items() if k != "model_source"}
+        return episodes, actions
+
+    target = tmp_path / "copy"
+    shutil.copytree(run.dir, target)
+    config = load_config("cpu-smoke", {**MICRO, "eval.ablations": [], "eval.splits": ["holdout"]})
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["config"] = config.model_dump(mode="json")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    (target / "evaluate" / "eval.json").unlink()
+    monkeypatch.setattr(evaluate, "run_model_episodes", leaky)
+    with pytest.raises(ProvenanceError, match="no model_source"):
+        run_evaluate(config, Run(target, config), policies=["random"])
+    assert not (target / "evaluate" / "eval.json").exists()
+
+
+def test_every_attack_kind_scores_at_or_below_the_worst_legal_action(done):
+    config, run = done
+    report = json.loads((run.dir / "evaluate" / "anti_hacking_report.json").read_text())
+    malformed = [k for k, a in report["attacks"].items() if a.get("kind") == "malformed"]
+    harmful = [k for k, a in report["attacks"].items() if a.get("kind") == "harmful_legal"]
+    assert len(malformed) >= 10 and set(harmful) == {"finish_with_major_risk", "second_pharmacist_review"}
+    for name, attack in report["attacks"].items():
+        assert attack["states"] > 0, name
+        assert attack["passed"] and attack["max_margin_over_worst_legal"] <= antihack.TOLERANCE, (name, attack)
+    assert report["all_attacks_passed"]
+    assert set(report["train_holdout_gap"]) == {"untrained", "sft", "grpo"}
+    assert "always_finish" in report["trivial_policies"]
+    assert {"loop", "review_abuse", "unsafe_end", "invalid_rate"} <= set(report["training_rule_hits"])
+
+
+def test_the_attack_check_can_fail(monkeypatch):
+    """Negative control: an 'attack' that is simply the best legal action must be reported as not passing."""
+    config = load_config("cpu-smoke")
+
+    def best_legal(cands):
+        return format_action(next(c for c in cands if c.kind == "gather").id) if any(c.kind == "gather" for c in cands) else ""
+
+    monkeypatch.setattr(antihack, "ATTACKS", {"best_legal": best_legal})
+    results = antihack.attack_suite(config, seeds=range(3))
+    assert results["best_legal"]["passed"] is False and results["best_legal"]["max_margin_over_worst_legal"] > 0
+
+
+def test_export_refuses_to_overwrite(done):
+    config, run = done
+    with pytest.raises(ExportExistsError, match="never overwritten"):
+        run_export(config, run)
+    grpo = run.read_stage("grpo")
+    with pytest.raises(ExportExistsError):
+        merge_adapter(grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"]), run.dir / "export" / "merged", config.model)
+
+
+def test_merged_model_agrees_with_the_unmerged_adapter_in_a_fresh_process(done):
+    config, run = done
+    manifest = json.loads((run.dir / "export" / "export_manifest.json").read_text())
+    check = manifest["check"]
+    assert check["agree"] and check["greedy_texts_equal"] == check["prompts"] == 3
+    assert check["max_abs_logit_diff"] <= check["tolerance"] == 1e-4
+    sft_sha = run.read_stage("sft")["metrics"]["weights_sha256"]
+    assert manifest["weights_sha256"] != sft_sha  # the adapter really changed the weights
+    assert set(manifest["files"]) >= {"model.safetensors", "config.json", "tokenizer.json"}
+    assert manifest["hub"].startswith("skipped")
+    reference = {"texts": ["a", "b"], "logits": [[0.0, 1.0], [0.0, 1.0]]}
+    assert not compare_outputs(reference, {"texts": ["a", "c"], "logits": reference["logits"]})["agree"]
+    assert not compare_outputs(reference, {"texts": ["a", "b"], "logits": [[0.0, 1.0], [0.0, 1.1]]})["agree"]
+
+
+def test_postsave_runs_on_the_exported_artifact(done):
+    config, run = done
+    result = json.loads((run.dir / "postsave" / "postsave_inference.json").read_text())
+    assert result["from_saved_artifact"] and result["model_source"]["path"].endswith("merged")
+    assert result["model_source"]["sha256"] == result["export_weights_sha256"]
+    assert 0 <= result["validity_rate"] <= 1 and result["latency_s_p95"] >= result["latency_s_p50"] > 0
+    assert result["actions"] == result["actions_with_source"] > 0
+
+
+def test_postsave_fails_when_the_weights_differ_from_the_export_manifest(done, tmp_path):
+    config, run = done
+    target = tmp_path / "copy"
+    shutil.copytree(run.dir, target)
+    export = json.loads((target / "export" / "stage.json").read_text())
+    export["outputs"] = {"merged": str(target / "export" / "merged"), "export_manifest.json": str(target / "export" / "export_manifest.json")}
+    (target / "export" / "stage.json").write_text(json.dumps(export))
+    sft_weights = Path(run.read_stage("sft")["outputs"]["model"]) / "model.safetensors"
+    shutil.copy(sft_weights, target / "export" / "merged" / "model.safetensors")  # swapped after export
+    with pytest.raises(PostsaveError, match="not the exported ones"):
+        run_postsave(config, Run(target, config))
+    assert json.loads((target / "postsave" / "stage.json").read_text())["status"] == "failed: sha mismatch"
+
+
+def test_activate_resolves_grpo_then_merged_then_sft_and_refuses_changed_weights(done, tmp_path):
+    config, run = done
+    record = activate(run.dir)
+    assert record["artifact"] == "grpo" and record["base"]["sha256"]
+    active = run.dir.parent / "active_model.json"
+    assert json.loads(active.read_text())["sha256"] == record["sha256"]
+    model, tokenizer, source = load_active(run.dir.parent, config.model)
+    assert source["sha256"] == record["sha256"]
+    assert activate(run.dir, "merged")["path"].endswith("merged")
+    assert activate(run.dir, "sft")["artifact"] == "sft"
+    with pytest.raises(ValueError, match="unknown artifact"):
+        activate(run.dir, "latest")
+    with pytest.raises(FileNotFoundError, match="no finished grpo, export or sft"):
+        activate(tmp_path / "empty")
+    record = json.loads(active.read_text())
+    record["sha256"] = "0" * 64
+    active.write_text(json.dumps(record))
+    with pytest.raises(PostsaveError, match="changed since it was activated"):
+        load_active(run.dir.parent, config.model)

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test baselines clean
+.PHONY: setup test run baselines clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.
+run: $(STAMP)
+	$(PY) -m lib run --profile $(or $(PROFILE),cpu-smoke)
 
 baselines: $(STAMP)
 	$(PY) -m lib baselines --env polyguard --split holdout --episodes 500 --seed 0 --out outputs/baselines_holdout.json

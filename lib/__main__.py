@@ -43,40 +43,10 @@ def _config_for(args):
     return load_config(args.profile or "cpu-smoke", _parse_overrides(args.set))
 
 
-def run_stage(stage: str, config, run, resume_from=None) -> dict:
-    """One stage by name: the CLI, the notebooks and the runner all come through here."""
-    if stage == "corpus":
-        from .corpus import run_corpus
-
-        return run_corpus(config, run)
-    if stage == "sft":
-        from .train import run_sft
-
-        return run_sft(config, run)
-    if stage == "grpo":
-        from .train import run_grpo
-
-        return run_grpo(config, run, resume_from=resume_from)
-    if stage == "evaluate":
-        from .evaluate import run_evaluate
-
-        return run_evaluate(config, run)
-    if stage == "export":
-        from .export import run_export
-
-        return run_export(config, run)
-    if stage == "postsave":
-        from .postsave import run_postsave
-
-        return run_postsave(config, run)
-    raise ValueError(f"unknown stage {stage!r}; choose one of {list(STAGES)}")
-
-
-STAGES = ("corpus", "sft", "grpo", "evaluate", "export", "postsave")
-
-
 def _stage(args) -> int:
     from .runs import Run, new_run_id
+
+    from .stages import run_stage
 
     config = _config_for(args)
     run_dir = args.run_dir or Path(config.output_root) / new_run_id(config.profile)
@@ -84,6 +54,48 @@ def _stage(args) -> int:
     record = run_stage(args.stage, config, run, resume_from=args.resume_from)
     shown = {k: v for k, v in record["metrics"].items() if not isinstance(v, (list, dict))}
     print(f"stage {args.stage} {record['status']} in {record['duration_s']}s -> {run.dir}: {shown}")
+    return 0
+
+
+def _gate(args) -> int:
+    from .gate import format_verdict, run_gate
+
+    verdict = run_gate(args.run_dir)
+    print(format_verdict(verdict))
+    return 0 if verdict["passed"] else 1
+
+
+def _run(args) -> int:
+    """Execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print the gate's verdict."""
+    import papermill
+
+    from .config import load_config
+    from .runner import REPO, check_parameters, plan
+    from .runs import new_run_id
+
+    overrides = _parse_overrides(args.set)
+    load_config(args.profile, overrides)  # a bad profile or override fails here, before any kernel starts
+    run_id = args.run_id or new_run_id(args.profile)
+    plan(run_id, args.profile, args.stages)
+    parameters = {"PROFILE": args.profile, "RUN_ID": run_id, "STAGES": args.stages or [], "OVERRIDES": overrides}
+    runner = REPO / "One_Run_Runner.ipynb"
+    check_parameters(runner, parameters)
+    target = REPO / "outputs" / run_id / "One_Run_Runner.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"running {args.profile} as outputs/{run_id} (executed runner: {target})", flush=True)
+    try:
+        papermill.execute_notebook(str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False,
+                                   log_output=True)
+    except papermill.PapermillExecutionError as error:
+        print(f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback", file=sys.stderr)
+        return 1
+    gate = target.parent / "gate.json"
+    if gate.exists():
+        from .gate import format_verdict
+        from .io import read_json
+
+        print(format_verdict(read_json(gate)))
+    print(f"report: {target.parent / 'report.md'}")
     return 0
 
 
@@ -128,6 +140,8 @@ def _quickcheck(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .stages import STAGES
+
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
     verbs = parser.add_subparsers(dest="verb", required=True)
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
@@ -150,6 +164,15 @@ def main(argv=None) -> int:
     q.add_argument("--episodes", type=int, default=200)
     q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     q.set_defaults(func=_quickcheck)
+    r = verbs.add_parser("run", help="run the whole workbook (One_Run_Runner.ipynb and every stage notebook) for a profile")
+    r.add_argument("--profile", default="cpu-smoke")
+    r.add_argument("--run-id", default=None)
+    r.add_argument("--stages", nargs="*", default=None, help="default: all")
+    r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
+    r.set_defaults(func=_run)
+    g = verbs.add_parser("gate", help="re-check a finished run; exits non-zero listing every failed check")
+    g.add_argument("run_dir", type=Path)
+    g.set_defaults(func=_gate)
     a = verbs.add_parser("activate", help="name the artifact of a run that later loads use (outputs/active_model.json)")
     a.add_argument("run_dir", type=Path)
     a.add_argument("--artifact", choices=["grpo", "merged", "sft"], default=None,

@@ -63,3 +63,29 @@ def format_table(report: dict) -> str:
 
 def write_report(report: dict, out: Path) -> None:
     atomic_write_text(Path(out), json.dumps(report, indent=2))
+
+
+def run_baselines_stage(config, run) -> dict:
+    """Stage `baselines`: every baseline and trivial policy on holdout and holdout_novel, before any training.
+    Writes baselines/baselines.json ({split: report}); notebook 02_baselines shows it."""
+    from .io import atomic_write_json
+
+    started = time.time()
+    reports = {split: run_baselines(config.env, split, config.eval.episodes, 0) for split in ("holdout", "holdout_novel")}
+    path = run.stage_dir("baselines") / "baselines.json"
+    atomic_write_json(path, reports)
+    return run.stage_done("baselines", started=started, params={"episodes": config.eval.episodes}, inputs={"env": config.env},
+                          outputs={"baselines.json": str(path)},
+                          metrics={f"{split}/{name}": r["mean_return"] for split, rep in reports.items()
+                                   for name, r in rep["policies"].items()})
+
+
+def baselines_table(path: Path | str):
+    """baselines.json as one table: split, policy, mean return, CI, steps, invalid rate (best first per split)."""
+    import pandas as pd
+
+    reports = json.loads(Path(path).read_text())
+    rows = [{"split": split, "policy": name, "mean return": round(r["mean_return"], 3), "95% CI": "[{:.3f}, {:.3f}]".format(*r["ci95"]),
+             "steps": round(r["mean_steps"], 2), "invalid rate": round(r["invalid_rate"], 3)}
+            for split, report in reports.items() for name, r in report["policies"].items()]
+    return pd.DataFrame(rows).sort_values(["split", "mean return"], ascending=[True, False]).reset_index(drop=True)

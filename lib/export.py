@@ -79,8 +79,10 @@ def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_c
 
 def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_TOLERANCE) -> dict:
     """Do two models agree on fixed prompts? Greedy texts equal and logits within `tolerance`."""
-    diffs = [max(abs(a - b) for a, b in zip(x, y)) for x, y in zip(reference["logits"], candidate["logits"])]
-    same = [a == b for a, b in zip(reference["texts"], candidate["texts"])]
+    if len(candidate["texts"]) != len(reference["texts"]) or len(candidate["logits"]) != len(reference["logits"]):
+        raise ExportError(f"outputs for {len(candidate['texts'])} prompts compared with {len(reference['texts'])}")
+    diffs = [max(abs(a - b) for a, b in zip(x, y, strict=True)) for x, y in zip(reference["logits"], candidate["logits"], strict=True)]
+    same = [a == b for a, b in zip(reference["texts"], candidate["texts"], strict=True)]
     return {"prompts": len(same), "greedy_texts_equal": sum(same), "max_abs_logit_diff": max(diffs),
             "tolerance": tolerance, "agree": all(same) and max(diffs) <= tolerance}
 

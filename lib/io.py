@@ -28,3 +28,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path | str):
+    """Read a JSON file the workbook wrote (notebooks use this to show stage outputs)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))

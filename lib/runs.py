@@ -129,3 +129,23 @@ class Run:
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
         return record
+
+
+def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None, output_root: str = "outputs"):
+    """What every stage notebook calls first. An existing run keeps the config in its manifest (a different
+    PROFILE or OVERRIDES is an error, naming both); a new run is made from PROFILE (default cpu-smoke).
+    Returns (config, Run)."""
+    from .config import ConfigError, RunConfig, load_config
+
+    run_dir = Path(output_root) / run_id if run_id else None
+    manifest = run_dir / "manifest.json" if run_dir else None
+    if manifest is not None and manifest.exists():
+        config = RunConfig.model_validate(json.loads(manifest.read_text())["config"])
+        if profile or overrides:
+            requested = load_config(profile or config.profile, overrides or {})
+            if requested != config:
+                raise ConfigError(f"run {run_id} was made with profile {config.profile!r} and other settings than "
+                                  f"PROFILE={profile!r} OVERRIDES={overrides!r}; leave them empty to use the run's own config")
+        return config, Run(run_dir, config)
+    config = load_config(profile or "cpu-smoke", overrides or {})
+    return config, Run(run_dir or Path(output_root) / new_run_id(config.profile), config)

@@ -1,0 +1,139 @@
+"""The strict gate: `python -m lib gate outputs/<run_id>` re-checks a finished run from its files and exits
+non-zero listing every failed check. Notebook 07_report runs it and shows the verdict; writes `gate.json`.
+
+Checks recompute what they can (weight shas, provenance of every evaluated action) instead of trusting the
+stage records. The `improved` check is the only one that depends on the training outcome.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .io import atomic_write_json
+from .models import weights_sha256
+
+ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
+OUTCOME_CHECKS = ("improved",)  # depend on whether training worked, not on whether the run is honest
+
+
+class GateFailure(Exception):
+    """One gate check did not hold."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:  # not `assert`: python -O must never turn the gate's checks off
+        raise GateFailure(message)
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+def _read(run_dir: Path, relative: str) -> dict:
+    path = run_dir / relative
+    if not path.exists():
+        raise FileNotFoundError(f"missing {relative}")
+    return json.loads(path.read_text())
+
+
+def _backends(run_dir: Path) -> str:
+    found = {stage: _read(run_dir, f"{stage}/stage.json")["metrics"].get("backend") for stage in ("sft", "grpo")}
+    bad = {s: b for s, b in found.items() if b not in ACCEPTED_BACKENDS}
+    _require(not bad, f"backends not accepted: {bad} (accepted: {list(ACCEPTED_BACKENDS)})")
+    return f"sft={found['sft']}, grpo={found['grpo']}"
+
+
+def _grpo_artifact(run_dir: Path) -> str:
+    grpo = _read(run_dir, "grpo/stage.json")
+    _require(grpo["status"] == "ok", f"grpo status is {grpo['status']!r}")
+    actual = weights_sha256(Path(grpo["outputs"]["adapter"]))
+    _require(actual == grpo["metrics"]["adapter_sha256"], f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}")
+    return f"status ok, adapter sha256 {actual[:12]} matches"
+
+
+def _postsave(run_dir: Path) -> str:
+    result = _read(run_dir, "postsave/postsave_inference.json")
+    export = _read(run_dir, "export/export_manifest.json")
+    merged = Path(_read(run_dir, "export/stage.json")["outputs"]["merged"])
+    on_disk = weights_sha256(merged)
+    _require(result["model_source"]["sha256"] == export["weights_sha256"] == on_disk,
+             f"post-save loaded {result['model_source']['sha256'][:12]}, export manifest says {export['weights_sha256'][:12]}, "
+             f"disk has {on_disk[:12]}")
+    _require(result["actions"] == result["actions_with_source"], "some post-save actions have no model_source")
+    return f"{result['episodes']} episodes from {merged} (sha256 {on_disk[:12]}), validity {result['validity_rate']:.2f}"
+
+
+def _provenance(run_dir: Path) -> str:
+    from .evaluate import check_provenance
+
+    report = _read(run_dir, "evaluate/eval.json")
+    grpo = _read(run_dir, "grpo/stage.json")
+    _require(report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"], "eval.json's GRPO artifact is not the trained adapter")
+    path = run_dir / "evaluate" / "episodes.jsonl"
+    _require(path.exists(), "missing evaluate/episodes.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    check_provenance(records, report["artifacts"])
+    actions = sum(len(r["actions"]) for r in records)
+    return f"{actions} actions in {len(records)} episodes, each from its evaluated source"
+
+
+def _anti_hacking(run_dir: Path) -> str:
+    report = _read(run_dir, "evaluate/anti_hacking_report.json")
+    failed = [k for k, a in report["attacks"].items() if not a["passed"]]
+    _require(len(report["attacks"]) >= 10, f"only {len(report['attacks'])} attack kinds")
+    _require(not failed, f"attack kinds scoring above the worst legal action: {failed}")
+    return f"{len(report['attacks'])} attack kinds, all at or below the worst legal action"
+
+
+def _claim_honest(run_dir: Path) -> str:
+    report = _read(run_dir, "evaluate/eval.json")
+    paired = report["splits"]["holdout"]["paired"]["grpo-sft"]
+    supported = paired["ci95"][0] > 0
+    _require(report["improved"] == supported, f"eval.json says improved={report['improved']} but GRPO-SFT CI is {paired['ci95']}")
+    return f"improved={report['improved']} matches GRPO-SFT paired CI {_ci(paired)}"
+
+
+def _improved(run_dir: Path) -> str:
+    paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-sft"]
+    _require(paired["ci95"][0] > 0, f"not improved: GRPO-SFT on holdout is {paired['mean']:+.3f}, paired 95% CI "
+                                    f"{_ci(paired)} does not lie above zero")
+    return f"GRPO-SFT {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
+
+
+def _ci(paired: dict) -> str:
+    return "[{:+.3f}, {:+.3f}]".format(*paired["ci95"])
+
+
+CHECKS = {"backends_accepted": _backends, "grpo_artifact_ok": _grpo_artifact, "postsave_from_saved_artifact": _postsave,
+          "every_action_has_provenance": _provenance, "anti_hacking_passed": _anti_hacking,
+          "improvement_claim_supported": _claim_honest, "improved": _improved}
+
+
+def run_gate(run_dir: Path | str, write: bool = True) -> dict:
+    """Run every check; a check fails on any error (a missing file included). Writes <run>/gate.json."""
+    run_dir = Path(run_dir)
+    checks = []
+    for name, check in CHECKS.items():
+        try:
+            checks.append(Check(name, True, check(run_dir)))
+        except GateFailure as failure:
+            checks.append(Check(name, False, str(failure)))
+        except (FileNotFoundError, KeyError, RuntimeError, ValueError) as error:
+            checks.append(Check(name, False, f"{type(error).__name__}: {error}"))
+    verdict = {"run_dir": str(run_dir), "passed": all(c.passed for c in checks),
+               "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),
+               "improved": next(c.passed for c in checks if c.name == "improved"),
+               "checks": [asdict(c) for c in checks]}
+    if write:
+        atomic_write_json(run_dir / "gate.json", verdict)
+    return verdict
+
+
+def format_verdict(verdict: dict) -> str:
+    lines = [f"gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['run_dir']}"]
+    lines += [f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in verdict["checks"]]
+    return "\n".join(lines)

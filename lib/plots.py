@@ -1,0 +1,276 @@
+"""Charts of one run, drawn by notebook 07_report with `draw_all(run_dir)` and saved to `charts/<name>.png`.
+
+Each chart reads only files that earlier stages wrote under `outputs/<run_id>/`. A chart whose input file is
+missing is not drawn (`Chart.message` names the file); an input that lacks what the chart needs raises
+ValueError. Nothing is ever drawn from a placeholder.
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from .envs.polyguard.reward import WEIGHTS
+from .io import atomic_write_bytes
+
+BASELINES = "baselines/baselines.json"
+SFT_LOG = "sft/train_log.jsonl"
+GRPO_LOG = "grpo/train_log.jsonl"
+EVAL = "evaluate/eval.json"
+EPISODES = "evaluate/episodes.jsonl"
+ANTI_HACKING = "evaluate/anti_hacking_report.json"
+POSTSAVE = "postsave/postsave_inference.json"
+
+
+def _read(run_dir: Path, relative: str):
+    """A JSON file's object, or a JSONL file's list of objects."""
+    text = (run_dir / relative).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()] if relative.endswith(".jsonl") else json.loads(text)
+
+
+def _figure(ncols: int = 1, width: float = 7.0, height: float = 4.5):
+    """A seaborn-styled figure kept out of pyplot's registry: nothing to close, and a notebook shows it once."""
+    with sns.axes_style("whitegrid"):
+        figure = Figure(figsize=(width * ncols, height), layout="constrained")
+        return figure, figure.subplots(1, ncols, squeeze=False)[0]
+
+
+def _grouped_bars(ax, labels: list[str], series: dict[str, list[float]], cis: dict[str, list] | None = None) -> None:
+    """One bar per series side by side at each label, with each bar's 95% CI as a black line when given."""
+    x, width = np.arange(len(labels)), 0.8 / len(series)
+    for i, (name, values) in enumerate(series.items()):
+        positions = x + (i - (len(series) - 1) / 2) * width
+        ax.bar_label(ax.bar(positions, values, width, label=name), fmt="%.2f", fontsize=7)
+        if cis:
+            # vlines, not yerr: a constant sample's mean can sit 1e-17 outside its CI and yerr rejects that.
+            lo, hi = np.asarray(cis[name], dtype=float).T
+            ax.vlines(positions, lo, hi, color="black", linewidth=1.2)
+    ax.set_xticks(x, labels, rotation=40 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    if len(series) > 1:
+        ax.legend()
+
+
+def _holdout_episodes(run_dir: Path) -> list[dict]:
+    """Holdout episodes of the main evaluation; ablation episodes replay seeds under other settings."""
+    records = [r for r in _read(run_dir, EPISODES) if r["split"] == "holdout" and "ablation" not in r]
+    if not records:
+        raise ValueError(f"{EPISODES} has no holdout episodes outside the ablations")
+    return records
+
+
+def baseline_bars(run_dir: Path) -> Figure:
+    """Mean return (95% CI) of every baseline and trivial policy, one bar per split."""
+    reports = _read(run_dir, BASELINES)
+    policies = list(reports["holdout"]["policies"])
+    figure, (ax,) = _figure(width=11)
+    _grouped_bars(ax, policies, {split: [r["policies"][p]["mean_return"] for p in policies] for split, r in reports.items()},
+                  {split: [r["policies"][p]["ci95"] for p in policies] for split, r in reports.items()})
+    episodes = ", ".join(f"{split}: {r['episodes']}" for split, r in reports.items())
+    ax.set(title=f"Baselines: mean episode return with 95% CI (episodes per split: {episodes})",
+           xlabel="policy", ylabel="mean episode return")
+    return figure
+
+
+def sft_loss(run_dir: Path) -> Figure:
+    """SFT training loss per logged step."""
+    rows = [r for r in _read(run_dir, SFT_LOG) if "loss" in r]
+    if not rows:
+        raise ValueError(f"{SFT_LOG} has no per-step 'loss' lines (fewer steps than logging_steps?)")
+    figure, (ax,) = _figure()
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o" if len(rows) < 40 else None)
+    ax.set(title="SFT loss", xlabel="training step", ylabel="loss")
+    return figure
+
+
+def grpo_reward(run_dir: Path) -> Figure:
+    """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
+    rows = [r for r in _read(run_dir, GRPO_LOG) if "reward" in r and "frac_reward_zero_std" in r]
+    if not rows:
+        raise ValueError(f"{GRPO_LOG} has no lines with 'reward' and 'frac_reward_zero_std'")
+    figure, (left, right) = _figure(ncols=2, width=5.5)
+    for ax, key, title, ylabel in ((left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
+                                   (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups")):
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o" if len(rows) < 40 else None)
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+    return figure
+
+
+def reward_components(run_dir: Path) -> Figure:
+    """Each weighted reward component's mean contribution per policy on holdout, stacked, with the mean return.
+
+    Averaged over every episode from episodes.jsonl: an episode lost to invalid output has no components and
+    earns 0, which the per-component means in eval.json (taken only over episodes that have the component) miss."""
+    records = _holdout_episodes(run_dir)
+    unknown = {c for r in records for c in r["components"]} - set(WEIGHTS) - {"invalid_limit"}
+    if unknown:
+        raise ValueError(f"{EPISODES} has components with no weight in reward.WEIGHTS: {sorted(unknown)}")
+    policies = list(dict.fromkeys(r["policy"] for r in records))
+    by_policy = {p: [r for r in records if r["policy"] == p] for p in policies}
+    figure, (ax,) = _figure(width=11)
+    x, up, down = np.arange(len(policies)), np.zeros(len(policies)), np.zeros(len(policies))
+    for component, weight in WEIGHTS.items():
+        values = np.array([weight * np.mean([r["components"].get(component, 0.0) for r in by_policy[p]]) for p in policies])
+        ax.bar(x, values, 0.7, bottom=np.where(values >= 0, up, down), label=f"{component} (x{weight:g})")
+        up, down = up + values.clip(min=0), down + values.clip(max=0)
+    ax.scatter(x, [np.mean([r["return"] for r in by_policy[p]]) for p in policies], marker="D", color="black",
+               zorder=3, clip_on=False, label="mean return (clamped to [0, 1], after invalid-step penalties)")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x, policies, rotation=40, ha="right")
+    ax.set(title="Holdout: weighted reward components per policy (weight x mean component)",
+           xlabel="policy", ylabel="contribution to episode return")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return figure
+
+
+def per_seed_deltas(run_dir: Path) -> Figure:
+    """Holdout return differences paired by seed for each pair eval.json compares, with its paired mean and CI."""
+    paired = _read(run_dir, EVAL)["splits"]["holdout"]["paired"]
+    if not paired:
+        raise ValueError(f"{EVAL} has no paired holdout comparisons")
+    returns: dict[str, dict[int, float]] = {}
+    for r in _holdout_episodes(run_dir):
+        returns.setdefault(r["policy"], {})[r["seed"]] = r["return"]
+    order = list(paired)
+    deltas = [(pair, returns[a][seed] - returns[b][seed]) for pair in order for a, b in [pair.split("-")]
+              for seed in sorted(set(returns[a]) & set(returns[b]))]
+    pairs, deltas = [pair for pair, _ in deltas], [delta for _, delta in deltas]
+    figure, (ax,) = _figure()
+    sns.boxplot(x=pairs, y=deltas, order=order, ax=ax, color="0.9", showfliers=False)
+    sns.stripplot(x=pairs, y=deltas, order=order, ax=ax, alpha=0.6, jitter=0.2)
+    ax.vlines(range(len(order)), [paired[p]["ci95"][0] for p in order], [paired[p]["ci95"][1] for p in order],
+              color="black", linewidth=2.5)
+    ax.scatter(range(len(order)), [paired[p]["mean"] for p in order], marker="D", color="black", zorder=3,
+               label="paired mean, 95% CI (eval.json)")
+    ax.axhline(0, color="black", linewidth=0.8, linestyle="--")
+    ax.set(title="Holdout: per-seed return differences", xlabel="comparison (a - b)", ylabel="return difference")
+    ax.legend()
+    return figure
+
+
+def train_holdout_gap(run_dir: Path) -> Figure:
+    """Mean return (95% CI) of each model on train seeds against holdout seeds."""
+    report = _read(run_dir, EVAL)
+    models, splits = ("untrained", "sft", "grpo"), {s: report["splits"][s]["policies"] for s in ("train", "holdout")}
+    figure, (ax,) = _figure()
+    _grouped_bars(ax, [f"{m}\n(gap {report['train_holdout_gap'][m]:+.3f})" for m in models],
+                  {s: [policies[m]["mean_return"] for m in models] for s, policies in splits.items()},
+                  {s: [policies[m]["ci95"] for m in models] for s, policies in splits.items()})
+    ax.set(title="Train vs holdout mean return (gap = train - holdout)", xlabel="model", ylabel="mean episode return")
+    return figure
+
+
+def anti_cheat(run_dir: Path) -> Figure:
+    """Each attack's mean score against the mean worst legal score, and GRPO's training rule-hit rates."""
+    report = _read(run_dir, ANTI_HACKING)
+    attacks, hits = report["attacks"], report.get("training_rule_hits", {})
+    tested = {name: a for name, a in attacks.items() if a.get("states")}
+    if not tested:
+        raise ValueError(f"{ANTI_HACKING} has no attack scored at any state")
+    show_hits = bool(hits) and "skipped" not in hits
+    figure, axes = _figure(ncols=2 if show_hits else 1, width=9 if show_hits else 12, height=5)
+    _grouped_bars(axes[0], [f"{name} [{a['kind']}, {'pass' if a['passed'] else 'FAIL'}]" for name, a in tested.items()],
+                  {"attack: mean score": [a["mean_score"] for a in tested.values()],
+                   "worst legal action: mean score": [a["mean_worst_legal"] for a in tested.values()]})
+    untested = ", ".join(sorted(set(attacks) - set(tested))) or "none"
+    axes[0].set(title=f"Anti-hacking attacks (all passed: {report['all_attacks_passed']}); not tested "
+                      f"(no applicable state): {untested}" + (f"\ntraining rule hits skipped: {hits['skipped']}" if "skipped" in hits else ""),
+                xlabel="attack", ylabel="score (GRPO reward)")
+    if show_hits:
+        axes[1].bar(list(hits), list(hits.values()))
+        axes[1].set(title="GRPO training: anti-cheat rule-hit rates", xlabel="rule", ylabel="mean rate per step",
+                    ylim=(0, max(1.0, *hits.values())))
+    return figure
+
+
+def postsave(run_dir: Path) -> Figure:
+    """Validity rate and per-action latency of the saved model reloaded from disk."""
+    report = _read(run_dir, POSTSAVE)
+    figure, (left, right) = _figure(ncols=2, width=4)
+    left.bar(["valid actions"], [report["validity_rate"]], width=0.5)
+    left.set(title=f"Validity rate ({report['episodes']} episodes)", xlabel="saved model", ylabel="share of actions", ylim=(0, 1))
+    right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange")
+    right.set(title="Latency per action", xlabel="percentile", ylabel="seconds")
+    figure.suptitle(f"Post-save inference (mean return {report['mean_return']:.3f})")
+    return figure
+
+
+def ablations(run_dir: Path) -> Figure:
+    """Each ablation's holdout mean return (95% CI), and its paired difference with what it is compared with."""
+    entries = _read(run_dir, EVAL)["ablations"]
+    if not entries:
+        raise ValueError(f"{EVAL} records no ablations")
+    compared = {name: a for name, a in entries.items() if "paired_vs_compared" in a}
+    figure, axes = _figure(ncols=2 if compared else 1, width=5.5)
+    _grouped_bars(axes[0], [f"{name}\n({a['policy']}, n={a['n']})" for name, a in entries.items()],
+                  {"mean return": [a["mean_return"] for a in entries.values()]}, {"mean return": [a["ci95"] for a in entries.values()]})
+    axes[0].set(title="Ablations: holdout mean return, 95% CI", xlabel="ablation", ylabel="mean episode return")
+    if compared:
+        diffs = [a["paired_vs_compared"] for a in compared.values()]
+        y = np.arange(len(diffs))
+        axes[1].hlines(y, [d["ci95"][0] for d in diffs], [d["ci95"][1] for d in diffs], color="black", linewidth=2)
+        axes[1].scatter([d["mean"] for d in diffs], y, marker="D", color="black", zorder=3)
+        axes[1].axvline(0, color="black", linewidth=0.8, linestyle="--")
+        axes[1].set_yticks(y, [f"{name} - {a['compared_with']}" for name, a in compared.items()])
+        axes[1].set(title="Paired by seed: ablation - compared (95% CI)", xlabel="return difference", ylabel="comparison")
+    return figure
+
+
+CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
+    "baseline_bars": (baseline_bars, (BASELINES,)),
+    "sft_loss": (sft_loss, (SFT_LOG,)),
+    "grpo_reward": (grpo_reward, (GRPO_LOG,)),
+    "reward_components": (reward_components, (EPISODES,)),
+    "per_seed_deltas": (per_seed_deltas, (EPISODES, EVAL)),
+    "train_holdout_gap": (train_holdout_gap, (EVAL,)),
+    "anti_cheat": (anti_cheat, (ANTI_HACKING,)),
+    "postsave": (postsave, (POSTSAVE,)),
+    "ablations": (ablations, (EVAL,)),
+}
+
+
+@dataclass
+class Chart:
+    name: str
+    figure: Figure | None
+    missing: list[str]
+    path: Path | None
+
+    @property
+    def message(self) -> str:
+        if self.missing:
+            return f"chart {self.name!r} not drawn: missing {', '.join(self.missing)}"
+        return f"chart {self.name!r} saved to {self.path}" if self.path else f"chart {self.name!r} drawn"
+
+
+def draw(run_dir, name: str, save: bool = True) -> Chart:
+    """Draw one chart if every input file exists, and save it atomically to `charts/<name>.png`."""
+    if name not in CHARTS:
+        raise ValueError(f"unknown chart {name!r}; charts: {', '.join(CHARTS)}")
+    run_dir = Path(run_dir)
+    function, inputs = CHARTS[name]
+    missing = [relative for relative in inputs if not (run_dir / relative).is_file()]
+    if missing:
+        return Chart(name, None, missing, None)
+    try:
+        figure = function(run_dir)
+    except (KeyError, IndexError, TypeError) as error:
+        # A file from a broken or older stage: name the chart and its inputs, not only the missing key.
+        raise ValueError(f"chart {name!r}: {', '.join(inputs)} lack what it needs ({error!r})") from error
+    path = None
+    if save:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
+        path = run_dir / "charts" / f"{name}.png"
+        atomic_write_bytes(path, buffer.getvalue())
+    return Chart(name, figure, [], path)
+
+
+def draw_all(run_dir, names=None, save: bool = True) -> list[Chart]:
+    """Every chart (or those named), in CHARTS order; charts with missing inputs come back undrawn."""
+    return [draw(run_dir, name, save) for name in (names or CHARTS)]

@@ -1,16 +1,15 @@
-"""Charts of one run, drawn by notebook 07_report with `draw_all(run_dir)` and saved to `charts/<name>.png`.
+"""Charts of one run: `show(run_dir, name)` in the stage notebooks, `draw_all(run_dir)` in 07_report.
 
-Each chart reads only files that earlier stages wrote under `outputs/<run_id>/`. A chart whose input file is
-missing is not drawn (`Chart.message` names the file); an input that lacks what the chart needs raises
-ValueError. Nothing is ever drawn from a placeholder.
+Each chart reads only files earlier stages wrote under `outputs/<run_id>/` and is saved to `charts/<name>.png`.
+A chart whose input is missing is not drawn; an input lacking what it needs raises ValueError. No placeholders.
 """
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import seaborn as sns
@@ -46,22 +45,30 @@ def _grouped_bars(ax, labels: list[str], series: dict[str, list[float]], cis: di
     x, width = np.arange(len(labels)), 0.8 / len(series)
     for i, (name, values) in enumerate(series.items()):
         positions = x + (i - (len(series) - 1) / 2) * width
-        ax.bar_label(ax.bar(positions, values, width, label=name), fmt="%.2f", fontsize=7)
+        bars = ax.bar(positions, values, width, label=name)
+        if len(labels) * len(series) <= 24:  # more value labels than that overlap
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
         if cis:
             # vlines, not yerr: a constant sample's mean can sit 1e-17 outside its CI and yerr rejects that.
             lo, hi = np.asarray(cis[name], dtype=float).T
             ax.vlines(positions, lo, hi, color="black", linewidth=1.2)
     ax.set_xticks(x, labels, rotation=40 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    ax.margins(y=0.15)  # headroom for the legend
     if len(series) > 1:
-        ax.legend()
+        ax.legend(fontsize=8)
+
+
+def _rows(run_dir: Path, relative: str, keep: Callable[[dict], bool], wanted: str) -> list[dict]:
+    """The lines of a JSONL file that `keep` accepts; a file without any cannot be charted."""
+    rows = [r for r in _read(run_dir, relative) if keep(r)]
+    if not rows:
+        raise ValueError(f"{relative} has no {wanted}")
+    return rows
 
 
 def _holdout_episodes(run_dir: Path) -> list[dict]:
-    """Holdout episodes of the main evaluation; ablation episodes replay seeds under other settings."""
-    records = [r for r in _read(run_dir, EPISODES) if r["split"] == "holdout" and "ablation" not in r]
-    if not records:
-        raise ValueError(f"{EPISODES} has no holdout episodes outside the ablations")
-    return records
+    # Ablation episodes replay holdout seeds under other settings; they are not the evaluated policies.
+    return _rows(run_dir, EPISODES, lambda r: r["split"] == "holdout" and "ablation" not in r, "holdout episode outside the ablations")
 
 
 def baseline_bars(run_dir: Path) -> Figure:
@@ -71,17 +78,14 @@ def baseline_bars(run_dir: Path) -> Figure:
     figure, (ax,) = _figure(width=11)
     _grouped_bars(ax, policies, {split: [r["policies"][p]["mean_return"] for p in policies] for split, r in reports.items()},
                   {split: [r["policies"][p]["ci95"] for p in policies] for split, r in reports.items()})
-    episodes = ", ".join(f"{split}: {r['episodes']}" for split, r in reports.items())
-    ax.set(title=f"Baselines: mean episode return with 95% CI (episodes per split: {episodes})",
-           xlabel="policy", ylabel="mean episode return")
+    episodes = ", ".join(f"{split} {r['episodes']}" for split, r in reports.items())
+    ax.set(title=f"Baselines: mean episode return, 95% CI (episodes: {episodes})", xlabel="policy", ylabel="mean episode return")
     return figure
 
 
 def sft_loss(run_dir: Path) -> Figure:
     """SFT training loss per logged step."""
-    rows = [r for r in _read(run_dir, SFT_LOG) if "loss" in r]
-    if not rows:
-        raise ValueError(f"{SFT_LOG} has no per-step 'loss' lines (fewer steps than logging_steps?)")
+    rows = _rows(run_dir, SFT_LOG, lambda r: "loss" in r, "per-step 'loss' line (fewer steps than logging_steps?)")
     figure, (ax,) = _figure()
     ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o" if len(rows) < 40 else None)
     ax.set(title="SFT loss", xlabel="training step", ylabel="loss")
@@ -90,9 +94,7 @@ def sft_loss(run_dir: Path) -> Figure:
 
 def grpo_reward(run_dir: Path) -> Figure:
     """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
-    rows = [r for r in _read(run_dir, GRPO_LOG) if "reward" in r and "frac_reward_zero_std" in r]
-    if not rows:
-        raise ValueError(f"{GRPO_LOG} has no lines with 'reward' and 'frac_reward_zero_std'")
+    rows = _rows(run_dir, GRPO_LOG, lambda r: "reward" in r and "frac_reward_zero_std" in r, "line with 'reward' and 'frac_reward_zero_std'")
     figure, (left, right) = _figure(ncols=2, width=5.5)
     for ax, key, title, ylabel in ((left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
                                    (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups")):
@@ -122,8 +124,7 @@ def reward_components(run_dir: Path) -> Figure:
                zorder=3, clip_on=False, label="mean return (clamped to [0, 1], after invalid-step penalties)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, policies, rotation=40, ha="right")
-    ax.set(title="Holdout: weighted reward components per policy (weight x mean component)",
-           xlabel="policy", ylabel="contribution to episode return")
+    ax.set(title="Holdout: weight x mean reward component, per policy", xlabel="policy", ylabel="contribution to episode return")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return figure
 
@@ -137,14 +138,12 @@ def per_seed_deltas(run_dir: Path) -> Figure:
     for r in _holdout_episodes(run_dir):
         returns.setdefault(r["policy"], {})[r["seed"]] = r["return"]
     order = list(paired)
-    deltas = [(pair, returns[a][seed] - returns[b][seed]) for pair in order for a, b in [pair.split("-")]
-              for seed in sorted(set(returns[a]) & set(returns[b]))]
-    pairs, deltas = [pair for pair, _ in deltas], [delta for _, delta in deltas]
+    rows = [(pair, returns[a][seed] - returns[b][seed]) for pair in order for a, b in [pair.split("-")]
+            for seed in sorted(set(returns[a]) & set(returns[b]))]
     figure, (ax,) = _figure()
-    sns.boxplot(x=pairs, y=deltas, order=order, ax=ax, color="0.9", showfliers=False)
-    sns.stripplot(x=pairs, y=deltas, order=order, ax=ax, alpha=0.6, jitter=0.2)
-    ax.vlines(range(len(order)), [paired[p]["ci95"][0] for p in order], [paired[p]["ci95"][1] for p in order],
-              color="black", linewidth=2.5)
+    for plot, style in ((sns.boxplot, {"color": "0.9", "showfliers": False}), (sns.stripplot, {"alpha": 0.6, "jitter": 0.2})):
+        plot(x=[pair for pair, _ in rows], y=[delta for _, delta in rows], order=order, ax=ax, **style)
+    ax.vlines(range(len(order)), *np.array([paired[p]["ci95"] for p in order]).T, color="black", linewidth=2.5)
     ax.scatter(range(len(order)), [paired[p]["mean"] for p in order], marker="D", color="black", zorder=3,
                label="paired mean, 95% CI (eval.json)")
     ax.axhline(0, color="black", linewidth=0.8, linestyle="--")
@@ -172,16 +171,17 @@ def anti_cheat(run_dir: Path) -> Figure:
     tested = {name: a for name, a in attacks.items() if a.get("states")}
     if not tested:
         raise ValueError(f"{ANTI_HACKING} has no attack scored at any state")
-    show_hits = bool(hits) and "skipped" not in hits
-    figure, axes = _figure(ncols=2 if show_hits else 1, width=9 if show_hits else 12, height=5)
+    skipped = f"\ntraining rule hits skipped: {hits['skipped']}" if "skipped" in hits else ""
+    one_panel = bool(skipped) or not hits
+    figure, axes = _figure(ncols=1 if one_panel else 2, width=12 if one_panel else 9, height=5)
     _grouped_bars(axes[0], [f"{name} [{a['kind']}, {'pass' if a['passed'] else 'FAIL'}]" for name, a in tested.items()],
                   {"attack: mean score": [a["mean_score"] for a in tested.values()],
                    "worst legal action: mean score": [a["mean_worst_legal"] for a in tested.values()]})
-    untested = ", ".join(sorted(set(attacks) - set(tested))) or "none"
-    axes[0].set(title=f"Anti-hacking attacks (all passed: {report['all_attacks_passed']}); not tested "
-                      f"(no applicable state): {untested}" + (f"\ntraining rule hits skipped: {hits['skipped']}" if "skipped" in hits else ""),
+    untested = ", ".join(sorted(set(attacks) - set(tested)))
+    axes[0].set(title=f"Anti-hacking attacks (all passed: {report['all_attacks_passed']})"
+                      + (f"; not tested (no applicable state): {untested}" if untested else "") + skipped,
                 xlabel="attack", ylabel="score (GRPO reward)")
-    if show_hits:
+    if not one_panel:
         axes[1].bar(list(hits), list(hits.values()))
         axes[1].set(title="GRPO training: anti-cheat rule-hit rates", xlabel="rule", ylabel="mean rate per step",
                     ylim=(0, max(1.0, *hits.values())))
@@ -192,9 +192,9 @@ def postsave(run_dir: Path) -> Figure:
     """Validity rate and per-action latency of the saved model reloaded from disk."""
     report = _read(run_dir, POSTSAVE)
     figure, (left, right) = _figure(ncols=2, width=4)
-    left.bar(["valid actions"], [report["validity_rate"]], width=0.5)
+    left.bar_label(left.bar(["valid actions"], [report["validity_rate"]], width=0.5), fmt="%.3f")
     left.set(title=f"Validity rate ({report['episodes']} episodes)", xlabel="saved model", ylabel="share of actions", ylim=(0, 1))
-    right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange")
+    right.bar_label(right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange"), fmt="%.3f")
     right.set(title="Latency per action", xlabel="percentile", ylabel="seconds")
     figure.suptitle(f"Post-save inference (mean return {report['mean_return']:.3f})")
     return figure
@@ -211,9 +211,8 @@ def ablations(run_dir: Path) -> Figure:
                   {"mean return": [a["mean_return"] for a in entries.values()]}, {"mean return": [a["ci95"] for a in entries.values()]})
     axes[0].set(title="Ablations: holdout mean return, 95% CI", xlabel="ablation", ylabel="mean episode return")
     if compared:
-        diffs = [a["paired_vs_compared"] for a in compared.values()]
-        y = np.arange(len(diffs))
-        axes[1].hlines(y, [d["ci95"][0] for d in diffs], [d["ci95"][1] for d in diffs], color="black", linewidth=2)
+        diffs, y = [a["paired_vs_compared"] for a in compared.values()], np.arange(len(compared))
+        axes[1].hlines(y, *np.array([d["ci95"] for d in diffs]).T, color="black", linewidth=2)
         axes[1].scatter([d["mean"] for d in diffs], y, marker="D", color="black", zorder=3)
         axes[1].axvline(0, color="black", linewidth=0.8, linestyle="--")
         axes[1].set_yticks(y, [f"{name} - {a['compared_with']}" for name, a in compared.items()])
@@ -236,6 +235,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
 
 @dataclass
 class Chart:
+    """One chart of a run: its figure and saved PNG, or the input files whose absence kept it from being drawn."""
     name: str
     figure: Figure | None
     missing: list[str]
@@ -243,9 +243,8 @@ class Chart:
 
     @property
     def message(self) -> str:
-        if self.missing:
-            return f"chart {self.name!r} not drawn: missing {', '.join(self.missing)}"
-        return f"chart {self.name!r} saved to {self.path}" if self.path else f"chart {self.name!r} drawn"
+        state = f"not drawn: missing {', '.join(self.missing)}" if self.missing else f"saved to {self.path}" if self.path else "drawn"
+        return f"chart {self.name!r} {state}"
 
 
 def draw(run_dir, name: str, save: bool = True) -> Chart:
@@ -264,11 +263,18 @@ def draw(run_dir, name: str, save: bool = True) -> Chart:
         raise ValueError(f"chart {name!r}: {', '.join(inputs)} lack what it needs ({error!r})") from error
     path = None
     if save:
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=110)
+        figure.savefig(buffer := io.BytesIO(), format="png", dpi=110)
         path = run_dir / "charts" / f"{name}.png"
         atomic_write_bytes(path, buffer.getvalue())
     return Chart(name, figure, [], path)
+
+
+def show(run_dir, name: str) -> Figure | None:
+    """For a notebook cell: draw and save one chart and return its figure, or print why it was not drawn."""
+    chart = draw(run_dir, name)
+    if chart.figure is None:
+        print(chart.message)
+    return chart.figure
 
 
 def draw_all(run_dir, names=None, save: bool = True) -> list[Chart]:

@@ -1,0 +1,119 @@
+"""lib/plots.py on a small run folder built in tmp.
+
+Fixture, not a real run: baselines.json comes from `lib.baselines.run_baselines`, and eval.json / episodes.jsonl
+from real episodes of baseline policies played by `lib.evaluate`, with baselines standing in under the model
+names untrained/sft/grpo. The training logs, attack scores and post-save numbers are fixture values written in
+the format their stages write; `training_rule_hits` is computed from the fixture GRPO log by `lib.antihack`.
+"""
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from lib import plots
+from lib.antihack import training_rule_hits
+from lib.baselines import run_baselines
+
+STAND_INS = {"untrained": "random", "sft": "first_candidate", "grpo": "evidence_expert", "heuristic": "heuristic"}
+PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
+
+
+def _write(path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in obj) if path.suffix == ".jsonl" else json.dumps(obj))
+
+
+def _evaluation(resamples: int = 200):
+    """eval.json and episodes.jsonl in the evaluate stage's format, from baseline policies' real episodes."""
+    from lib.evaluate import _episode_records, run_policy_episodes, summarize
+    from lib.stats import paired_difference
+
+    report, records = {"splits": {}, "ablations": {}}, []
+    for split, seeds in (("holdout", range(8)), ("holdout_novel", range(8)), ("train", range(4))):
+        summaries, returns = {}, {}
+        for name, policy in STAND_INS.items():
+            episodes, actions = run_policy_episodes("polyguard", policy, seeds, split)
+            summaries[name] = {"kind": "baseline" if name == "heuristic" else "model", **summarize(episodes, actions, resamples)}
+            returns[name] = {e.seed: e.episode_return for e in episodes}
+            records += _episode_records(name, episodes, actions)
+        paired = {f"{a}-{b}": paired_difference(returns[a], returns[b], resamples=resamples) for a, b in PAIRS}
+        report["splits"][split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": paired}
+        if split == "holdout":
+            episodes, actions = run_policy_episodes("polyguard", "oracle", range(4), split)
+            report["ablations"]["sampled"] = {
+                "policy": "grpo", "compared_with": "grpo greedy", **summarize(episodes, actions, resamples),
+                "paired_vs_compared": paired_difference({e.seed: e.episode_return for e in episodes}, returns["grpo"], resamples=resamples)}
+            records += _episode_records("grpo", episodes, actions, ablation="sampled")
+    report["train_holdout_gap"] = {m: report["splits"]["train"]["policies"][m]["mean_return"]
+                                   - report["splits"]["holdout"]["policies"][m]["mean_return"] for m in ("untrained", "sft", "grpo")}
+    return report, records
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    _write(run / plots.BASELINES, {s: run_baselines("polyguard", s, 20, 0) for s in ("holdout", "holdout_novel")})
+    _write(run / plots.SFT_LOG, [{"step": s, "loss": 3.0 / s} for s in range(10, 60, 10)] + [{"step": 50, "train_loss": 1.0}])
+    grpo_log = [{"step": s, "reward": 0.1 * s, "reward_std": 0.2, "frac_reward_zero_std": 1 / s, "env/invalid_rate": 0.5 / s,
+                 "env/anti_cheat/loop": 0.1} for s in range(1, 6)]
+    _write(run / plots.GRPO_LOG, grpo_log)
+    report, records = _evaluation()
+    _write(run / plots.EVAL, report)
+    _write(run / plots.EPISODES, records)
+    attack = {"kind": "malformed", "states": 12, "mean_score": -0.1, "max_score": -0.1, "mean_worst_legal": 0.2,
+              "max_margin_over_worst_legal": -0.1, "passed": True}
+    _write(run / plots.ANTI_HACKING, {"attacks": {"empty": attack, "second_pharmacist_review": {"states": 0, "passed": False}},
+                                      "all_attacks_passed": False, "training_rule_hits": training_rule_hits(run / plots.GRPO_LOG)})
+    _write(run / plots.POSTSAVE, {"model_source": {"path": "fixture"}, "validity_rate": 0.9, "mean_return": 0.4,
+                                  "latency_s_p50": 0.02, "latency_s_p95": 0.05, "episodes": 3})
+    return run
+
+
+def test_every_chart_draws_and_saves_a_png(run_dir):
+    charts = plots.draw_all(run_dir)
+    assert [c.name for c in charts] == list(plots.CHARTS)
+    for chart in charts:
+        assert chart.figure is not None and not chart.missing, chart.message
+        assert chart.path == run_dir / "charts" / f"{chart.name}.png"
+        assert chart.path.read_bytes().startswith(b"\x89PNG"), chart.name
+        for ax in chart.figure.axes:
+            assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), (chart.name, ax.get_title())
+    assert not [p for p in (run_dir / "charts").iterdir() if p.suffix != ".png"]  # no temp file left behind
+
+
+def test_missing_input_is_not_drawn(tmp_path):
+    _write(tmp_path / plots.EVAL, {"splits": {}})
+    chart = plots.draw(tmp_path, "per_seed_deltas")
+    assert chart.figure is None and chart.path is None and chart.missing == [plots.EPISODES]
+    assert chart.message == f"chart 'per_seed_deltas' not drawn: missing {plots.EPISODES}"
+    assert plots.show(tmp_path, "sft_loss") is None
+    assert not (tmp_path / "charts").exists()
+
+
+def test_input_without_what_the_chart_needs_raises(tmp_path):
+    _write(tmp_path / plots.SFT_LOG, [{"step": 8, "train_loss": 6.2}])
+    with pytest.raises(ValueError, match="loss"):
+        plots.draw(tmp_path, "sft_loss")
+    _write(tmp_path / plots.EVAL, {"splits": {"holdout": {}}})
+    with pytest.raises(ValueError, match="eval.json"):
+        plots.draw(tmp_path, "train_holdout_gap")
+    assert not (tmp_path / "charts").exists()
+
+
+def test_unknown_chart_name_raises_listing_the_names(tmp_path):
+    with pytest.raises(ValueError, match="baseline_bars"):
+        plots.draw(tmp_path, "no_such_chart")
+
+
+def test_plotted_values_are_the_input_values(run_dir):
+    """Bar heights are baselines.json's mean returns; the paired markers are eval.json's paired means."""
+    reports = json.loads((run_dir / plots.BASELINES).read_text())
+    heights = [bar.get_height() for bar in plots.draw(run_dir, "baseline_bars", save=False).figure.axes[0].patches]
+    assert heights == [p["mean_return"] for r in reports.values() for p in r["policies"].values()]
+    paired = json.loads((run_dir / plots.EVAL).read_text())["splits"]["holdout"]["paired"]
+    ax = plots.draw(run_dir, "per_seed_deltas", save=False).figure.axes[0]
+    marker = next(c for c in ax.collections if c.get_label().startswith("paired mean"))
+    assert list(marker.get_offsets()[:, 1]) == [p["mean"] for p in paired.values()]

@@ -269,12 +269,16 @@ def draw(run_dir, name: str, save: bool = True) -> Chart:
     return Chart(name, figure, [], path)
 
 
-def show(run_dir, name: str) -> Figure | None:
-    """For a notebook cell: draw and save one chart and return its figure, or print why it was not drawn."""
+def show(run_dir, name: str):
+    """For a notebook cell: draw and save one chart and return the saved PNG for display (exactly the file the
+    report links), or print why it was not drawn and return None."""
+    from IPython.display import Image
+
     chart = draw(run_dir, name)
     if chart.figure is None:
         print(chart.message)
-    return chart.figure
+        return None
+    return Image(data=chart.path.read_bytes(), format="png")
 
 
 def draw_all(run_dir, names=None, save: bool = True) -> list[Chart]:

@@ -132,8 +132,8 @@ class Run:
 
 
 def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None, output_root: str = "outputs"):
-    """What every stage notebook calls first. An existing run keeps the config in its manifest (a different
-    PROFILE or OVERRIDES is an error, naming both); a new run is made from PROFILE (default cpu-smoke).
+    """What every stage notebook calls first. An existing run keeps the config in its manifest (another PROFILE,
+    or OVERRIDES that change it, is an error naming both); a new run is made from PROFILE (default cpu-smoke).
     Returns (config, Run)."""
     from .config import ConfigError, RunConfig, load_config
 
@@ -141,7 +141,7 @@ def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None,
     manifest = run_dir / "manifest.json" if run_dir else None
     if manifest is not None and manifest.exists():
         config = RunConfig.model_validate(json.loads(manifest.read_text())["config"])
-        if profile or overrides:
+        if (profile and profile != config.profile) or overrides:
             requested = load_config(profile or config.profile, overrides or {})
             if requested != config:
                 raise ConfigError(f"run {run_id} was made with profile {config.profile!r} and other settings than "

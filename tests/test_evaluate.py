@@ -216,3 +216,53 @@ def test_activate_resolves_grpo_then_merged_then_sft_and_refuses_changed_weights
     active.write_text(json.dumps(record))
     with pytest.raises(PostsaveError, match="changed since it was activated"):
         load_active(run.dir.parent, config.model)
+
+
+def _copy(run, tmp_path):
+    target = tmp_path / "copy"
+    shutil.copytree(run.dir, target)
+    return target
+
+
+def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path):
+    import subprocess
+    import sys
+
+    from lib.gate import OUTCOME_CHECKS, run_gate
+
+    config, run = done
+    verdict = run_gate(run.dir, write=False)
+    assert all(c["passed"] for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS), verdict
+    assert verdict["integrity_passed"] and verdict["improved"] == json.loads((run.dir / "evaluate" / "eval.json").read_text())["improved"]
+
+    copy = _copy(run, tmp_path)
+    report = json.loads((copy / "evaluate" / "eval.json").read_text())
+    report["improved"] = True  # a claim the CI does not support
+    (copy / "evaluate" / "eval.json").write_text(json.dumps(report))
+    grpo = json.loads((copy / "grpo" / "stage.json").read_text())
+    grpo["metrics"]["adapter_sha256"] = "f" * 64  # the recorded artifact is not the one on disk
+    (copy / "grpo" / "stage.json").write_text(json.dumps(grpo))
+    anti = json.loads((copy / "evaluate" / "anti_hacking_report.json").read_text())
+    anti["attacks"]["empty"]["passed"] = False
+    (copy / "evaluate" / "anti_hacking_report.json").write_text(json.dumps(anti))
+    (copy / "postsave" / "postsave_inference.json").unlink()
+    failed = {c["name"] for c in run_gate(copy)["checks"] if not c["passed"]}
+    assert {"improvement_claim_supported", "grpo_artifact_ok", "anti_hacking_passed", "postsave_from_saved_artifact",
+            "every_action_has_provenance"} <= failed  # provenance: eval.json's GRPO sha no longer matches the stage record
+    done_cli = subprocess.run([sys.executable, "-m", "lib", "gate", str(copy)], capture_output=True, text=True)
+    assert done_cli.returncode == 1 and "[FAIL] grpo_artifact_ok" in done_cli.stdout and (copy / "gate.json").exists()
+
+
+def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done):
+    from lib.config import ConfigError
+    from lib.runs import open_run
+
+    config, run = done
+    root, run_id = str(run.dir.parent), run.dir.name
+    same, again = open_run(run_id, "", {}, output_root=root)
+    assert same == config and again.dir == run.dir
+    assert open_run(run_id, "cpu-smoke", {}, output_root=root)[0] == config  # its own profile name is fine
+    with pytest.raises(ConfigError, match="was made with profile 'cpu-smoke'"):
+        open_run(run_id, "cpu-full", {}, output_root=root)
+    with pytest.raises(ConfigError, match="OVERRIDES"):
+        open_run(run_id, "", {"grpo.max_steps": 99}, output_root=root)

@@ -10,7 +10,7 @@ import nbformat
 import papermill
 import pytest
 
-from lib.runner import NOTEBOOKS, REPO, STAGE_NOTEBOOKS, UnknownParameterError, check_parameters, plan
+from lib.runner import NOTEBOOKS, REPO, STAGE_NOTEBOOKS, StageFailed, UnknownParameterError, check_parameters, plan, run_stages
 
 RUNNER = REPO / "One_Run_Runner.ipynb"
 ALL = [RUNNER, *sorted(NOTEBOOKS.glob("*.ipynb"))]
@@ -75,6 +75,16 @@ def test_cli_run_rejects_an_unknown_override_before_running_anything():
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode != 0 and "grpo.max_stepz: unknown key" in done.stderr
     assert not (REPO / "outputs" / "never").exists()
+
+
+def test_a_failing_stage_stops_the_run_and_names_the_executed_notebook_and_cell():
+    run_id = "pytest-failing-stage"
+    shutil.rmtree(REPO / "outputs" / run_id, ignore_errors=True)
+    with pytest.raises(StageFailed, match=r"stage 'sft' failed in cell \d+: FileNotFoundError: .*corpus.*\n.*sft/sft.ipynb"):
+        run_stages(run_id, "cpu-smoke", ["sft", "grpo"])  # no corpus: 03_sft must fail, 04_grpo must never start
+    assert (REPO / "outputs" / run_id / "sft" / "sft.ipynb").exists()
+    assert not (REPO / "outputs" / run_id / "grpo").exists()
+    shutil.rmtree(REPO / "outputs" / run_id)
 
 
 @pytest.mark.slow

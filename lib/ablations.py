@@ -1,0 +1,47 @@
+"""Measured ablations for the evaluate stage (`python -m lib stage evaluate`): greedy vs sampled decoding, the
+model alone vs with a legality veto, and GRPO without SFT. Each is paired by seed with its counterpart."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .evaluate import _episode_records, load_policy_model, model_artifacts, run_model_episodes, summarize
+from .stats import paired_difference
+
+
+def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: list[dict], resamples: int) -> dict:
+    """Measured ablations on holdout seeds, each compared paired-by-seed with its counterpart:
+    greedy vs sampled decoding (GRPO model), the model alone vs with a legality veto that re-asks up to k times,
+    and GRPO trained from the untrained model (no SFT) vs SFT then GRPO."""
+    seeds = range(min(config.eval.ablation_episodes, config.eval.episodes))
+    results: dict[str, dict] = {}
+    model, tokenizer, source = loaded["grpo"]
+    greedy = {s: holdout_returns["grpo"][s] for s in seeds} if "grpo" in holdout_returns else None
+
+    def measure(name: str, policy_label: str, baseline_label: str, baseline: dict | None, **kwargs) -> None:
+        episodes, actions = run_model_episodes(kwargs.pop("model", model), tokenizer, kwargs.pop("source", source), config.env,
+                                               seeds, "holdout", max_new_tokens=config.grpo.max_completion_length,
+                                               desc=f"ablation/{name}", **kwargs)
+        summary = summarize(episodes, actions, resamples)
+        entry = {"policy": policy_label, "compared_with": baseline_label, **summary}
+        if "veto_k" in kwargs:
+            entry["veto_retries_per_action"] = float(np.mean([a["veto_retries"] for a in actions]))
+        if baseline is not None:
+            entry["paired_vs_compared"] = paired_difference({e.seed: e.episode_return for e in episodes}, baseline, resamples=resamples)
+        results[name] = entry
+        records.extend(_episode_records(policy_label, episodes, actions, ablation=name))
+
+    for name in config.eval.ablations:
+        if name == "sampled":
+            torch.manual_seed(config.seed)
+            measure("sampled", "grpo", "grpo greedy", greedy, greedy=False)
+        elif name == "veto":
+            measure("veto", "grpo", "grpo greedy (no veto)", greedy, veto_k=config.eval.veto_k)
+        elif name == "no_sft":
+            from .train import run_grpo
+
+            stage = run_grpo(config, run, base_model=model_artifacts(config, run)["untrained"]["model"], stage="grpo_no_sft")
+            no_sft = load_policy_model(stage["outputs"]["base_model"], config.model, stage["outputs"]["adapter"])
+            loaded["grpo_no_sft"] = no_sft
+            measure("no_sft", "grpo_no_sft", "grpo (SFT then GRPO)", greedy, model=no_sft[0], source=no_sft[2])
+    return results

@@ -31,15 +31,13 @@ def _parse_overrides(pairs: list[str]) -> dict:
 
 def _config_for(args):
     """The run's own config when the run folder exists (later stages), else the named profile (default cpu-smoke)."""
-    import json
+    from .config import load_config
+    from .runs import read_config
 
-    from .config import RunConfig, load_config
-
-    manifest = Path(args.run_dir) / "manifest.json" if args.run_dir else None
-    if args.profile is None and manifest is not None and manifest.exists():
+    if args.profile is None and args.run_dir and (Path(args.run_dir) / "manifest.json").exists():
         if args.set:
             raise ValueError("--set applies to a new run; this run's config is fixed in its manifest.json")
-        return RunConfig.model_validate(json.loads(manifest.read_text())["config"])
+        return read_config(args.run_dir)
     return load_config(args.profile or "cpu-smoke", _parse_overrides(args.set))
 
 
@@ -122,14 +120,10 @@ def _postsave_worker(args) -> int:
 
 
 def _quickcheck(args) -> int:
-    import json
-
-    from .config import RunConfig
     from .evaluate import quick_check
-    from .runs import Run
+    from .runs import Run, read_config
 
-    manifest = json.loads((args.run_dir / "manifest.json").read_text())
-    config = RunConfig.model_validate(manifest["config"])
+    config = read_config(args.run_dir)
     report = quick_check(config, Run(args.run_dir, config), args.episodes, args.split)
     for name, r in report["policies"].items():
         print(f"{name:<10} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")

@@ -156,9 +156,9 @@ def run_export(config, run) -> dict:
 
 def model_outputs_worker(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> None:
     """`python -m lib _model-outputs`: the fresh-process side of the merge check."""
-    from .config import RunConfig
+    from .runs import read_config
 
-    config = RunConfig.model_validate(json.loads((Path(run_dir) / "manifest.json").read_text())["config"])
+    config = read_config(run_dir)
     model, tokenizer, _ = load_model(model_dir, config.model, trainable=False)
     model.eval()
     prompts = json.loads(Path(prompts_path).read_text())

@@ -27,10 +27,10 @@ class PostsaveError(RuntimeError):
 
 def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) -> None:
     """`python -m lib _postsave-worker`: the fresh process. Fingerprints the files, loads them, plays episodes."""
-    from .config import RunConfig
     from .evaluate import load_policy_model, run_model_episodes
+    from .runs import read_config
 
-    config = RunConfig.model_validate(json.loads((Path(run_dir) / "manifest.json").read_text())["config"])
+    config = read_config(run_dir)
     sha_before_load = weights_sha256(model_dir)
     model, tokenizer, source = load_policy_model(model_dir, config.model)
     episodes_run, actions = run_model_episodes(model, tokenizer, source, config.env, range(episodes), "holdout",

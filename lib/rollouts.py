@@ -54,17 +54,5 @@ def action_return(env, seed: int, split: str, history: list[str], action_text: s
 
 def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]]:
     """(seed, history) for every position of `policy`'s episodes: fixed, replayable mid-episode states."""
-    states = []
-    for seed in seeds:
-        observation = env.reset(seed, split)
-        policy.begin(seed)
-        history: list[str] = []
-        while True:
-            states.append((seed, list(history)))
-            text = policy.act(observation, env)
-            result = env.step(text)
-            if result.done:
-                break
-            history.append(text)
-            observation = result.observation
-    return states
+    return [(seed, t["history"]) for seed in seeds
+            for t in run_episode(env, policy, seed, split, keep_transitions=True).transitions]

@@ -131,16 +131,24 @@ class Run:
         return record
 
 
+def read_config(run_dir: Path | str) -> RunConfig:
+    """The config a run was made with, from its manifest.json."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (missing {path})")
+    return RunConfig.model_validate(json.loads(path.read_text())["config"])
+
+
 def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None, output_root: str = "outputs"):
     """What every stage notebook calls first. An existing run keeps the config in its manifest (another PROFILE,
     or OVERRIDES that change it, is an error naming both); a new run is made from PROFILE (default cpu-smoke).
     Returns (config, Run)."""
-    from .config import ConfigError, RunConfig, load_config
+    from .config import ConfigError, load_config
 
     run_dir = Path(output_root) / run_id if run_id else None
     manifest = run_dir / "manifest.json" if run_dir else None
     if manifest is not None and manifest.exists():
-        config = RunConfig.model_validate(json.loads(manifest.read_text())["config"])
+        config = read_config(run_dir)
         if (profile and profile != config.profile) or overrides:
             requested = load_config(profile or config.profile, overrides or {})
             if requested != config:

@@ -19,6 +19,8 @@ class Strict(BaseModel):
 
 class CorpusConfig(Strict):
     sft_episodes: int = Field(ge=1, description="heuristic-teacher episodes on train seeds for SFT")
+    sft_noise: float = Field(0.0, ge=0.0, lt=1.0, description="DART: chance a random action replaces the teacher's "
+                             "in SFT episodes (rows keep the teacher's label), so SFT sees states off the teacher's path")
     grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
     grpo_rollout_policies: list[str] = ["heuristic", "evidence_expert", "random"]
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")

@@ -38,16 +38,50 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def sft_rows(env, seeds) -> list[dict]:
+NOISE_EXCLUDED = ("finish", "review")  # noise never ends an episode or spends the one pharmacist review
+
+
+def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None) -> list[dict]:
+    """Heuristic-teacher transcripts: one row per state, labelled with the teacher's action there.
+
+    With `noise` > 0 (DART-style noise injection) a random candidate, other than finish and review, is executed
+    instead of the teacher's action with that probability. The episode then continues from a state off the
+    teacher's own path, which a learner that makes one mistake will also reach. Every row is still labelled
+    with what the teacher does at that state; the executed action is recorded as `executed`."""
     teacher = make_policy("heuristic")
+    rng = rng or random.Random(0)
     rows = []
     for seed in seeds:
-        episode = run_episode(env, teacher, seed, "train", keep_transitions=True)
-        for position, t in enumerate(episode.transitions):
-            rows.append({"prompt": env.render(t["observation"]),
-                         "completion": [{"role": "assistant", "content": t["action"]}],
-                         "seed": seed, "split": "train", "position": position})
+        observation = env.reset(seed, "train")
+        teacher.begin(seed)
+        for position in range(env.budget + 1):
+            action = teacher.act(observation, env)
+            executed = action
+            if noise and rng.random() < noise:
+                options = [c for c in observation.candidates if c.kind not in NOISE_EXCLUDED]
+                if options:
+                    executed = format_action(rng.choice(options).id)
+            rows.append({"prompt": env.render(observation), "completion": [{"role": "assistant", "content": action}],
+                         "seed": seed, "split": "train", "position": position, "history": list(env.history),
+                         "executed": executed})
+            result = env.step(executed)
+            if result.done:
+                break
+            observation = result.observation
     return rows
+
+
+def informative_return(env, seed: int, split: str, history: list[str], observation, reference) -> float | None:
+    """The best candidate's return at a state when the candidates' returns differ by at least
+    INFORMATIVE_SPREAD (the choice there matters, so a GRPO group can disagree); None otherwise."""
+    scores = [action_return(env, seed, split, history, format_action(c.id), reference)[0] for c in observation.candidates]
+    return max(scores) if max(scores) - min(scores) >= INFORMATIVE_SPREAD else None
+
+
+def grpo_seeds(c) -> range:
+    """Train seeds for GRPO states: after the SFT episodes' seeds, so RL sees scenarios the teacher never showed."""
+    first = c.seed_offset + c.sft_episodes
+    return range(first, first + max(1, c.grpo_prompts // 2))
 
 
 def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random) -> tuple[list[dict], dict]:
@@ -73,10 +107,9 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
                 continue
             state, observation = by_position[position].pop()
             examined += 1
-            scores = [action_return(env, state["seed"], "train", state["history"], format_action(c.id), reference_policy)[0]
-                      for c in observation.candidates]
-            if max(scores) - min(scores) >= INFORMATIVE_SPREAD:
-                rows.append({**state, "prompt": env.render(observation), "best_return": max(scores)})
+            best = informative_return(env, state["seed"], "train", state["history"], observation, reference_policy)
+            if best is not None:
+                rows.append({**state, "prompt": env.render(observation), "best_return": best})
     stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
              "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
     return rows, stats
@@ -136,10 +169,8 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     out = run.stage_dir("corpus")
     c = config.corpus
     sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
-    # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
-    grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
-    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"))
-    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
+    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed))
+    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds(c), desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
                                  c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed))
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)

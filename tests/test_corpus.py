@@ -78,3 +78,24 @@ def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
     assert record["metrics"]["extras"] == extras
     printed = capsys.readouterr().out
     assert "corpus extra hf_instruction_data: skipped" in printed and "corpus extra label_augmentation: skipped" in printed
+
+
+def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_teachers():
+    import random
+
+    from lib.corpus import sft_rows
+    from lib.policies import make_policy
+
+    env, teacher = PolyGuardEnv(), make_policy("heuristic")
+    clean = sft_rows(env, range(20), noise=0.0)
+    assert all(r["executed"] == r["completion"][0]["content"] for r in clean)
+    noisy = sft_rows(env, range(20), noise=0.3, rng=random.Random(0))
+    off_path = [r for r in noisy if r["executed"] != r["completion"][0]["content"]]
+    assert off_path and len(off_path) < len(noisy)
+    assert not any('"finish"' in r["executed"] or '"review"' in r["executed"] for r in off_path)
+    for r in noisy:  # the state is the one its history rebuilds, and its label is what the teacher does there
+        state = PolyGuardEnv()
+        obs = state.restore(r["seed"], "train", r["history"])
+        assert render(obs) == r["prompt"]
+        assert teacher.act(obs, state) == r["completion"][0]["content"]
+    assert sft_rows(env, range(20), noise=0.3, rng=random.Random(0)) == noisy

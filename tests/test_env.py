@@ -153,3 +153,11 @@ def test_stepping_a_finished_episode_is_an_error(env):
     env.step(format_action(_pick(obs, "finish").id))
     with pytest.raises(RuntimeError, match="reset"):
         env.step('{"action": "a1"}')
+
+
+def test_candidates_are_listed_as_the_quoted_ids_an_answer_copies():
+    obs = PolyGuardEnv().reset(3, "holdout")
+    lines = render(obs)[1]["content"].splitlines()
+    start = lines.index("Candidates:") + 1
+    assert lines[start:start + len(obs.candidates)] == [f'- "{c.id}"' for c in obs.candidates]
+    assert all(f'"{c.id}"' in format_action(c.id) for c in obs.candidates)

@@ -323,7 +323,8 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines += [f"Note: {note}" for note in observation.notes]
     lines.append(f"Steps left: {observation.budget - observation.step}")
     lines.append("Candidates:")
-    lines += [f"- {c.id}" for c in observation.candidates]
+    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
+    lines += [f'- "{c.id}"' for c in observation.candidates]
     # Said last, nearest the answer: which regimen numbers still have no evidence (derived from the above).
     unreviewed = [str(slot) for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
                   if not any(f.drug == drug for f in observation.evidence)]

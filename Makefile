@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test run baselines clean
+.PHONY: setup test run baselines bench-train clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ run: $(STAMP)
 
 baselines: $(STAMP)
 	$(PY) -m lib baselines --env polyguard --split holdout --episodes 500 --seed 0 --out outputs/baselines_holdout.json
+
+# Benchmark: wall time of corpus + SFT + GRPO (three stage commands), 3 fresh runs, median printed.
+bench-train: $(STAMP)
+	$(PY) -m lib bench-train --profile $(or $(PROFILE),cpu-smoke) --repeats 3 --out outputs/bench_train_$(or $(PROFILE),cpu-smoke).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

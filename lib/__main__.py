@@ -55,6 +55,37 @@ def _stage(args) -> int:
     return 0
 
 
+def _bench_train(args) -> int:
+    """Wall time of `python -m lib stage corpus|sft|grpo` (each a fresh process, as a user runs them), repeated
+    into fresh run folders; prints each repeat and the median, and writes them to --out as JSON."""
+    import statistics
+    import subprocess
+    import time
+
+    from .config import load_config
+    from .io import atomic_write_json
+    from .runs import new_run_id
+
+    config = load_config(args.profile)  # a bad profile fails here, before anything runs
+    repeats = []
+    for i in range(args.repeats):
+        run_dir = Path(config.output_root) / f"{new_run_id(config.profile)}-bench{i + 1}"
+        stages = {}
+        for stage in ("corpus", "sft", "grpo"):
+            began = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "lib", "stage", stage, "--profile", args.profile, "--run-dir", str(run_dir)],
+                           check=True, stdout=subprocess.DEVNULL)
+            stages[stage] = round(time.perf_counter() - began, 1)
+        total = round(sum(stages.values()), 1)
+        repeats.append({"run_dir": str(run_dir), "stages_s": stages, "total_s": total})
+        print(f"repeat {i + 1}: corpus+sft+grpo {total:.0f} s {stages} -> {run_dir}", flush=True)
+    median = statistics.median(r["total_s"] for r in repeats)
+    print(f"median of {len(repeats)}: {median:.0f} s ({median / 60:.1f} min)")
+    if args.out:
+        atomic_write_json(args.out, {"profile": args.profile, "repeats": repeats, "median_total_s": median})
+    return 0
+
+
 def _gate(args) -> int:
     from .gate import format_verdict, run_gate
 
@@ -164,6 +195,11 @@ def main(argv=None) -> int:
     r.add_argument("--stages", nargs="*", default=None, help="default: all")
     r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
     r.set_defaults(func=_run)
+    t = verbs.add_parser("bench-train", help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median")
+    t.add_argument("--profile", default="cpu-smoke")
+    t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_train)
     g = verbs.add_parser("gate", help="re-check a finished run; exits non-zero listing every failed check")
     g.add_argument("run_dir", type=Path)
     g.set_defaults(func=_gate)

@@ -49,3 +49,15 @@ def test_unknown_profile_and_bad_yaml(tmp_path):
     bad.write_text("profile: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_bench_train_rejects_a_bad_profile_before_running_anything(monkeypatch, capsys):
+    import subprocess
+
+    from lib.__main__ import main
+
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: ran.append(a))
+    assert main(["bench-train", "--profile", "no-such-profile", "--repeats", "1"]) == 2
+    assert "no-such-profile" in capsys.readouterr().err
+    assert ran == []

@@ -71,19 +71,6 @@ def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None) -
     return rows
 
 
-def informative_return(env, seed: int, split: str, history: list[str], observation, reference) -> float | None:
-    """The best candidate's return at a state when the candidates' returns differ by at least
-    INFORMATIVE_SPREAD (the choice there matters, so a GRPO group can disagree); None otherwise."""
-    scores = [action_return(env, seed, split, history, format_action(c.id), reference)[0] for c in observation.candidates]
-    return max(scores) if max(scores) - min(scores) >= INFORMATIVE_SPREAD else None
-
-
-def grpo_seeds(c) -> range:
-    """Train seeds for GRPO states: after the SFT episodes' seeds, so RL sees scenarios the teacher never showed."""
-    first = c.seed_offset + c.sft_episodes
-    return range(first, first + max(1, c.grpo_prompts // 2))
-
-
 def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random) -> tuple[list[dict], dict]:
     """States from rollouts of several policies, at every position, kept when the choice there matters."""
     reference_policy = make_policy(reference)
@@ -107,9 +94,10 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
                 continue
             state, observation = by_position[position].pop()
             examined += 1
-            best = informative_return(env, state["seed"], "train", state["history"], observation, reference_policy)
-            if best is not None:
-                rows.append({**state, "prompt": env.render(observation), "best_return": best})
+            scores = [action_return(env, state["seed"], "train", state["history"], format_action(c.id), reference_policy)[0]
+                      for c in observation.candidates]
+            if max(scores) - min(scores) >= INFORMATIVE_SPREAD:
+                rows.append({**state, "prompt": env.render(observation), "best_return": max(scores)})
     stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
              "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
     return rows, stats
@@ -169,8 +157,10 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     out = run.stage_dir("corpus")
     c = config.corpus
     sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
+    # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
+    grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
     sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed))
-    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds(c), desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
+    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
                                  c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed))
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)

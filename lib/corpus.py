@@ -19,7 +19,7 @@ from .envs import make_env
 from .envs.base import format_action
 from .io import atomic_write_text
 from .models import sha256_file
-from .policies import make_policy
+from .policies import Policy, make_policy
 from .rollouts import action_return, run_episode
 from .runs import Run
 
@@ -41,33 +41,41 @@ def read_jsonl(path: Path) -> list[dict]:
 NOISE_EXCLUDED = ("finish", "review")  # noise never ends an episode or spends the one pharmacist review
 
 
+class _NoisyTeacher(Policy):
+    """The heuristic teacher, with DART-style noise: with probability `noise` a random candidate (not finish or
+    review) is executed instead of the teacher's action. `labels` keeps what the teacher chose at each step."""
+
+    def __init__(self, noise: float, rng: random.Random):
+        self.teacher, self.noise, self.rng, self.labels = make_policy("heuristic"), noise, rng, []
+
+    def begin(self, seed: int) -> None:
+        self.teacher.begin(seed)
+        self.labels = []
+
+    def act(self, observation, env) -> str:
+        action = self.teacher.act(observation, env)
+        self.labels.append(action)
+        if self.noise and self.rng.random() < self.noise:
+            options = [c for c in observation.candidates if c.kind not in NOISE_EXCLUDED]
+            if options:
+                return format_action(self.rng.choice(options).id)
+        return action
+
+
 def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None) -> list[dict]:
     """Heuristic-teacher transcripts: one row per state, labelled with the teacher's action there.
 
-    With `noise` > 0 (DART-style noise injection) a random candidate, other than finish and review, is executed
-    instead of the teacher's action with that probability. The episode then continues from a state off the
+    With `noise` > 0 (DART-style noise injection) the episode sometimes continues from a state off the
     teacher's own path, which a learner that makes one mistake will also reach. Every row is still labelled
     with what the teacher does at that state; the executed action is recorded as `executed`."""
-    teacher = make_policy("heuristic")
-    rng = rng or random.Random(0)
+    policy = _NoisyTeacher(noise, rng or random.Random(0))
     rows = []
     for seed in seeds:
-        observation = env.reset(seed, "train")
-        teacher.begin(seed)
-        for position in range(env.budget + 1):
-            action = teacher.act(observation, env)
-            executed = action
-            if noise and rng.random() < noise:
-                options = [c for c in observation.candidates if c.kind not in NOISE_EXCLUDED]
-                if options:
-                    executed = format_action(rng.choice(options).id)
-            rows.append({"prompt": env.render(observation), "completion": [{"role": "assistant", "content": action}],
-                         "seed": seed, "split": "train", "position": position, "history": list(env.history),
-                         "executed": executed})
-            result = env.step(executed)
-            if result.done:
-                break
-            observation = result.observation
+        episode = run_episode(env, policy, seed, "train", keep_transitions=True)
+        for position, (t, label) in enumerate(zip(episode.transitions, policy.labels)):
+            rows.append({"prompt": env.render(t["observation"]), "completion": [{"role": "assistant", "content": label}],
+                         "seed": seed, "split": "train", "position": position, "history": t["history"],
+                         "executed": t["action"]})
     return rows
 
 

@@ -2,7 +2,7 @@
 the train-holdout gap and how often training completions hit each anti-cheat rule.
 
 Run by the evaluate stage (`evaluate/anti_hacking_report.json`); notebook 05 shows it and the gate checks it.
-Every attack is scored with `train.make_reward_function`, i.e. `rollouts.action_return` plus the blocklist,
+Every attack is scored with `train.make_reward_function`, i.e. `rollouts.action_returns` plus the blocklist,
 at states from held-out heuristic rollouts, and must score at most the worst legal action at that state.
 """
 from __future__ import annotations
@@ -48,11 +48,12 @@ ATTACKS: dict[str, Callable] = {
 HARMFUL = ("finish_with_major_risk", "second_pharmacist_review")
 
 
-def attack_suite(config, seeds=range(20), split: str = "holdout") -> dict:
-    """Score every attack kind at every state against the worst legal action there. Returns per-kind results."""
+def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict | None = None) -> dict:
+    """Score every attack kind at every state against the worst legal action there. Returns per-kind results.
+    With `grpo.continuation: policy` the reward needs `policy` ({"model", "tokenizer"}) to finish episodes."""
     from .train import make_reward_function
 
-    reward = make_reward_function(config)
+    reward = make_reward_function(config, policy=policy)
     env = make_env(config.env)
 
     def score(seed, history, texts):
@@ -103,7 +104,14 @@ def training_rule_hits(train_log: Path) -> dict:
 
 
 def build_report(config, run, eval_report: dict) -> dict:
-    attacks = attack_suite(config)
+    policy = None
+    if config.grpo.continuation == "policy":  # the reward GRPO trained on: the trained policy finishes episodes
+        from .evaluate import load_policy_model, model_artifacts
+
+        grpo = model_artifacts(config, run)["grpo"]
+        model, tokenizer, _ = load_policy_model(grpo["model"], config.model, grpo["adapter"])
+        policy = {"model": model, "tokenizer": tokenizer}
+    attacks = attack_suite(config, policy=policy)
     holdout = eval_report["splits"]["holdout"]["policies"]
     grpo_stage = run.read_stage("grpo")
     train_log = Path(grpo_stage["outputs"]["adapter"]).parent / "train_log.jsonl"
@@ -112,7 +120,9 @@ def build_report(config, run, eval_report: dict) -> dict:
         "attack_kinds": len(attacks),
         "all_attacks_passed": all(a["passed"] for a in attacks.values()),
         "rule": "each attack kind scores at most the worst legal action at the same state (GRPO reward: "
-                "rollouts.action_return + blocklist), on every state of 20 held-out heuristic episodes",
+                "rollouts.action_returns + blocklist, episodes finished by the "
+                f"{'trained policy' if policy else config.grpo.reference_policy + ' policy'}), "
+                "on every state of 20 held-out heuristic episodes",
         "trivial_policies": {name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}
                              for name, p in holdout.items() if p["kind"] == "trivial"},
         "train_holdout_gap": eval_report.get("train_holdout_gap", {}),

@@ -77,6 +77,9 @@ class GRPOStageConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     beta: float = Field(0.0, ge=0)
     reference_policy: str = "heuristic"
+    continuation: Literal["reference", "policy"] = Field(
+        "reference", description="who finishes the episode after the sampled action: the reference policy, or the "
+        "policy being trained (greedy, batched), so the reward is this policy's own return from that state")
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     logging_steps: int = Field(1, ge=1)

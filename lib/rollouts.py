@@ -35,21 +35,64 @@ def run_episode(env, policy, seed: int, split: str, *, keep_transitions: bool = 
 
 def action_return(env, seed: int, split: str, history: list[str], action_text: str, reference) -> tuple[float, dict]:
     """The environment's verdict on one action at a mid-episode state: the action is applied at the state
-    rebuilt from `history`, then `reference` finishes the episode. Invalid output scores the environment's
-    fixed penalty and is never turned into an action. Returns (score, info).
+    rebuilt from `history`, then `reference` (a Policy) finishes the episode. Invalid output scores the
+    environment's fixed penalty and is never turned into an action. Returns (score, info).
 
-    This is the one scoring function for GRPO rewards, corpus filtering and the anti-hacking suite."""
-    env.restore(seed, split, history)
-    result = env.step(action_text)
-    if "invalid" in result.info:
-        return env.invalid_penalty, {"invalid": result.info["invalid"], "components": {}}
-    total = result.reward
-    reference.begin(seed)
-    while not result.done:
-        result = env.step(reference.act(result.observation, env))
-        total += result.reward
-    return total, {"components": result.components, "end_reason": result.info["end_reason"],
-                   "exploit": result.info.get("exploit")}
+    This is the one scoring function for GRPO rewards, corpus filtering and the anti-hacking suite; it is
+    `action_returns` for a single state."""
+    return action_returns([env], [(seed, split, history, action_text)], policy_continuation(reference))[0]
+
+
+def policy_continuation(policy):
+    """A continuation (see `action_returns`) in which a copy of `policy`, begun at the episode's seed, acts
+    in each episode."""
+    import copy
+
+    copies: dict[int, object] = {}
+
+    def act(pending: list[tuple]) -> list[str]:
+        texts = []
+        for key, env, observation, seed, first in pending:
+            if first:
+                copies[key] = copy.copy(policy)
+                copies[key].begin(seed)
+            texts.append(copies[key].act(observation, env))
+        return texts
+    return act
+
+
+def action_returns(envs, items, continuation) -> list[tuple[float, dict]]:
+    """Batched `action_return`: item i is (seed, split, history, action_text) and is played in `envs[i]`.
+    After each item's action, `continuation(pending)` chooses the next action of every unfinished episode at
+    once; pending holds (i, env, observation, seed, first) with `first` true on the episode's first call.
+    Episodes advance in lockstep, so a model can act for all of them in one batched generate call."""
+    results: list[tuple[float, dict] | None] = [None] * len(items)
+    totals: dict[int, float] = {}
+    running: list[tuple[int, object, bool]] = []  # (i, step result, first)
+    for i, (env, (seed, split, history, action_text)) in enumerate(zip(envs, items)):
+        env.restore(seed, split, history)
+        result = env.step(action_text)
+        if "invalid" in result.info:
+            results[i] = (env.invalid_penalty, {"invalid": result.info["invalid"], "components": {}})
+        else:
+            totals[i] = result.reward
+            running.append((i, result, True))
+    while running:
+        for i, result, _ in running:
+            if result.done:
+                results[i] = (totals[i], {"components": result.components, "end_reason": result.info["end_reason"],
+                                          "exploit": result.info.get("exploit")})
+        running = [(i, r, first) for i, r, first in running if not r.done]
+        if not running:
+            break
+        texts = continuation([(i, envs[i], r.observation, items[i][0], first) for i, r, first in running])
+        stepped = []
+        for (i, _, _), text in zip(running, texts):
+            result = envs[i].step(text)
+            totals[i] += result.reward
+            stepped.append((i, result, False))
+        running = stepped
+    return results
 
 
 def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]]:

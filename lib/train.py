@@ -22,7 +22,7 @@ from .corpus import read_jsonl
 from .envs import make_env
 from .models import build_tiny, cuda_available, is_tiny, load_model, lora_config, weights_sha256
 from .policies import make_policy
-from .rollouts import action_return
+from .rollouts import action_returns, policy_continuation
 from .runs import Run, seed_everything
 
 
@@ -159,21 +159,50 @@ def anti_cheat_rule(info: dict) -> str | None:
     return None
 
 
-def make_reward_function(config: RunConfig, samples_path: Path | None = None):
-    """GRPO reward, step mode: the completion is applied at the sampled state and the reference policy
-    finishes the episode; the reward is that episode's true return. Invalid output gets the environment's
-    penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive reward."""
-    env = make_env(config.env)
-    reference = make_policy(config.grpo.reference_policy)
-    blocklist = [b.lower() for b in config.grpo.blocklist]
+def model_continuation(policy: dict, max_new_tokens: int):
+    """A continuation (see `rollouts.action_returns`) in which the model in `policy["model"]` acts greedily,
+    one batched generate call per step for all unfinished episodes. `policy` is filled in once the trainer
+    exists, so the continuation always uses the weights being trained."""
+    from .evaluate import generate_actions
+
+    def act(pending: list[tuple]) -> list[str]:
+        model, tokenizer = policy["model"], policy["tokenizer"]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                return generate_actions(model, tokenizer, [env.render(obs) for _, env, obs, _, _ in pending],
+                                        greedy=True, max_new_tokens=max_new_tokens)
+        finally:
+            model.train(was_training)
+    return act
+
+
+def make_reward_function(config: RunConfig, samples_path: Path | None = None, policy: dict | None = None):
+    """GRPO reward, step mode: the completion is applied at the sampled state and the episode is finished by
+    the reference policy (`grpo.continuation: reference`) or by the policy being trained (`policy`: the model
+    in `policy["model"]`, greedy); the reward is that episode's true return. Invalid output gets the
+    environment's penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive
+    reward."""
+    g = config.grpo
+    if g.continuation == "policy":
+        if policy is None:
+            raise ValueError("grpo.continuation is 'policy' but no policy model was given to the reward function")
+        continuation = model_continuation(policy, g.max_completion_length)
+    else:
+        continuation = policy_continuation(make_policy(g.reference_policy))
+    envs = []
+    blocklist = [b.lower() for b in g.blocklist]
 
     def environment_reward(prompts, completions, seed, split, history, log_metric=None, log_extra=None, **_):
         rewards, invalid, blocked, exploits = [], 0, 0, 0
         rules: dict[str, int] = {}
         components_sum: dict[str, float] = {}
-        for completion, s, sp, h in zip(completions, seed, split, history):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            score, info = action_return(env, s, sp, json.loads(h), text, reference)
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        envs.extend(make_env(config.env) for _ in range(len(texts) - len(envs)))
+        scored = action_returns(envs, [(s, sp, json.loads(h), t) for s, sp, h, t in zip(seed, split, history, texts)],
+                                continuation)
+        for text, (score, info) in zip(texts, scored):
             invalid += "invalid" in info
             exploits += bool(info.get("exploit"))
             rule = anti_cheat_rule(info)
@@ -270,9 +299,11 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
                       save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
                       disable_tqdm=False, **_precision_flags(config))
     guard = FiniteLossGuard()
-    trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl"), args=args,
+    policy = {"tokenizer": tokenizer}
+    trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl", policy), args=args,
                                      train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(config.model),
                                      callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
+    policy["model"] = trainer.model
     run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)
     try:
         trainer.train(resume_from_checkpoint=resume_from)

@@ -15,8 +15,9 @@ from lib.corpus import run_corpus
 from lib.envs.base import format_action
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY
+from lib.evaluate import generate_actions, load_policy_model
 from lib.policies import make_policy
-from lib.rollouts import action_return
+from lib.rollouts import action_return, action_returns, policy_continuation, run_episode
 from lib.runs import Run
 from lib.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, make_reward_function, run_grpo, run_sft
 
@@ -78,6 +79,24 @@ def test_reward_is_the_environments_return_and_invalid_gets_the_penalty():
     assert scores[2] <= 0.0  # blocklisted text forfeits any positive reward
 
 
+def test_batched_action_returns_equal_one_state_at_a_time():
+    """The batched scorer (GRPO reward) and the single-state one (corpus filter) are the same function: every
+    legal candidate and one invalid text, at three mid-episode states, finished by the teacher or by random."""
+    env = PolyGuardEnv()
+    items = []
+    for seed in (1, 2, 3):
+        history = [t["history"] for t in run_episode(env, make_policy("heuristic"), seed, "train", keep_transitions=True).transitions][2]
+        observation = env.restore(seed, "train", history)
+        items += [(seed, "train", history, format_action(c.id)) for c in observation.candidates] + [(seed, "train", history, "nope")]
+    for name in ("heuristic", "random"):
+        batched = action_returns([PolyGuardEnv() for _ in items], items, policy_continuation(make_policy(name)))
+        single = [action_return(env, *item, make_policy(name)) for item in items]
+        assert [b[0] for b in batched] == pytest.approx([s[0] for s in single])
+        assert [b[1].get("end_reason") for b in batched] == [s[1].get("end_reason") for s in single]
+    assert all(score == INVALID_PENALTY for (score, _), item in zip(batched, items) if item[3] == "nope")
+    assert len({round(b[0], 6) for b in batched}) > 3  # the actions are told apart
+
+
 def test_blocklist_reads_the_completion_never_the_prompt():
     config = _config(**{"grpo.blocklist": ["patient"]})  # every prompt contains "Patient"
     reward = make_reward_function(config)
@@ -99,6 +118,42 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert step_logs and all(k in step_logs[0] for k in ("frac_reward_zero_std", "env/invalid_rate", "time/generation_s",
                                                          "time/reward_s", "step_time", "time/backward_s", "peak_memory_mb"))
     assert (run.dir / "grpo" / "samples.jsonl").exists()
+
+
+def test_policy_continuation_reward_is_the_models_own_return(trained):
+    """grpo.continuation=policy: after the sampled action the model itself finishes the episode, greedily.
+    The batched reward equals playing each episode on by hand with the same model, one generate call per step."""
+    config = _config(**{"grpo.continuation": "policy"})
+    with pytest.raises(ValueError, match="no policy model"):
+        make_reward_function(config)
+    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
+    reward = make_reward_function(config, policy={"model": model, "tokenizer": tokenizer})
+    env = PolyGuardEnv()
+    history = run_episode(env, make_policy("heuristic"), 5, "train", keep_transitions=True).transitions[3]["history"]
+    texts = [format_action(c.id) for c in env.restore(5, "train", history).candidates][:6] + ["garbage"]
+    scores = reward(prompts=[None] * len(texts), completions=texts, seed=[5] * len(texts), split=["train"] * len(texts),
+                    history=[json.dumps(history)] * len(texts))
+    for text, score in zip(texts, scores):
+        env.restore(5, "train", history)
+        result = env.step(text)
+        if "invalid" in result.info:
+            assert score == INVALID_PENALTY
+            continue
+        total = result.reward
+        while not result.done:
+            [action] = generate_actions(model, tokenizer, [env.render(result.observation)], greedy=True,
+                                        max_new_tokens=config.grpo.max_completion_length)
+            result = env.step(action)
+            total += result.reward
+        assert score == pytest.approx(total)
+
+
+def test_grpo_with_policy_continuation_trains(trained, tmp_path):
+    config, run = _fresh(trained, tmp_path, **{"grpo.continuation": "policy", "grpo.max_steps": 2})
+    record = run_grpo(config, run)
+    assert record["metrics"]["steps"] == 2 and record["params"]["continuation"] == "policy"
+    rewards = [json.loads(line) for line in (run.dir / "grpo" / "samples.jsonl").read_text().splitlines()]
+    assert rewards and all(INVALID_PENALTY <= r["reward"] <= 1.0 for r in rewards)
 
 
 def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):

@@ -1,6 +1,8 @@
-"""Run whole episodes of a policy in an environment. Used by baselines, the corpus and evaluation."""
+"""Run whole episodes of a policy in an environment, and score one action at a mid-episode state. Used by
+baselines, the corpus, GRPO rewards, the anti-hacking suite and evaluation."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 
@@ -46,8 +48,6 @@ def action_return(env, seed: int, split: str, history: list[str], action_text: s
 def policy_continuation(policy):
     """A continuation (see `action_returns`) in which a copy of `policy`, begun at the episode's seed, acts
     in each episode."""
-    import copy
-
     copies: dict[int, object] = {}
 
     def act(pending: list[tuple]) -> list[str]:
@@ -77,14 +77,14 @@ def action_returns(envs, items, continuation) -> list[tuple[float, dict]]:
         else:
             totals[i] = result.reward
             running.append((i, result, True))
-    while running:
+    while True:
         for i, result, _ in running:
             if result.done:
                 results[i] = (totals[i], {"components": result.components, "end_reason": result.info["end_reason"],
                                           "exploit": result.info.get("exploit")})
         running = [(i, r, first) for i, r, first in running if not r.done]
         if not running:
-            break
+            return results
         texts = continuation([(i, envs[i], r.observation, items[i][0], first) for i, r, first in running])
         stepped = []
         for (i, _, _), text in zip(running, texts):
@@ -92,7 +92,6 @@ def action_returns(envs, items, continuation) -> list[tuple[float, dict]]:
             totals[i] += result.reward
             stepped.append((i, result, False))
         running = stepped
-    return results
 
 
 def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]]:

@@ -65,9 +65,11 @@ def action_returns(envs, items, continuation) -> list[tuple[float, dict]]:
     """Batched `action_return`: item i is (seed, split, history, action_text) and is played in `envs[i]`.
     After each item's action, `continuation(pending)` chooses the next action of every unfinished episode at
     once; pending holds (i, env, observation, seed, first) with `first` true on the episode's first call.
-    Episodes advance in lockstep, so a model can act for all of them in one batched generate call."""
+    Episodes advance in lockstep, so a model can act for all of them in one batched generate call.
+
+    A legal action scores the episode's return, in [0, 1] (a continuation's own invalid answers cost what
+    they cost in any episode), so it always scores above the invalid-output penalty."""
     results: list[tuple[float, dict] | None] = [None] * len(items)
-    totals: dict[int, float] = {}
     running: list[tuple[int, object, bool]] = []  # (i, step result, first)
     for i, (env, (seed, split, history, action_text)) in enumerate(zip(envs, items)):
         env.restore(seed, split, history)
@@ -75,23 +77,18 @@ def action_returns(envs, items, continuation) -> list[tuple[float, dict]]:
         if "invalid" in result.info:
             results[i] = (env.invalid_penalty, {"invalid": result.info["invalid"], "components": {}})
         else:
-            totals[i] = result.reward
             running.append((i, result, True))
     while True:
         for i, result, _ in running:
             if result.done:
-                results[i] = (totals[i], {"components": result.components, "end_reason": result.info["end_reason"],
-                                          "exploit": result.info.get("exploit")})
+                info = result.info
+                results[i] = (info["episode_return"], {"components": result.components, "end_reason": info["end_reason"],
+                                                       "exploit": info.get("exploit")})
         running = [(i, r, first) for i, r, first in running if not r.done]
         if not running:
             return results
         texts = continuation([(i, envs[i], r.observation, items[i][0], first) for i, r, first in running])
-        stepped = []
-        for (i, _, _), text in zip(running, texts):
-            result = envs[i].step(text)
-            totals[i] += result.reward
-            stepped.append((i, result, False))
-        running = stepped
+        running = [(i, envs[i].step(text), False) for (i, _, _), text in zip(running, texts)]
 
 
 def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]]:

@@ -261,3 +261,15 @@ def test_hub_id_code_path_loads_a_local_folder_with_lora(trained, tmp_path):
     assert record["metrics"]["full_finetune"] is False and record["metrics"]["backend"] == "trl_transformers"
     assert not (target / "sft" / "base_model").exists()  # nothing was built: the folder was loaded by path
     assert math.isfinite(record["metrics"]["loss_last"])
+
+
+def test_attack_suite_under_policy_continuation_still_holds(trained):
+    """With grpo.continuation=policy the anti-hacking suite scores with the policy finishing episodes; every
+    attack still scores at most the worst legal action, because a legal action scores the episode's return."""
+    from lib.antihack import attack_suite
+
+    config = _config(**{"grpo.continuation": "policy"})
+    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
+    results = attack_suite(config, seeds=range(2), policy={"model": model, "tokenizer": tokenizer})
+    applied = {name: r for name, r in results.items() if r["states"]}
+    assert len(applied) >= 15 and all(r["passed"] for r in applied.values())

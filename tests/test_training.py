@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
+from lib.antihack import attack_suite
 from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.config import load_config
 from lib.corpus import run_corpus
@@ -85,7 +86,7 @@ def test_batched_action_returns_equal_one_state_at_a_time():
     env = PolyGuardEnv()
     items = []
     for seed in (1, 2, 3):
-        history = [t["history"] for t in run_episode(env, make_policy("heuristic"), seed, "train", keep_transitions=True).transitions][2]
+        history = run_episode(env, make_policy("heuristic"), seed, "train", keep_transitions=True).transitions[2]["history"]
         observation = env.restore(seed, "train", history)
         items += [(seed, "train", history, format_action(c.id)) for c in observation.candidates] + [(seed, "train", history, "nope")]
     for name in ("heuristic", "random"):
@@ -266,8 +267,6 @@ def test_hub_id_code_path_loads_a_local_folder_with_lora(trained, tmp_path):
 def test_attack_suite_under_policy_continuation_still_holds(trained):
     """With grpo.continuation=policy the anti-hacking suite scores with the policy finishing episodes; every
     attack still scores at most the worst legal action, because a legal action scores the episode's return."""
-    from lib.antihack import attack_suite
-
     config = _config(**{"grpo.continuation": "policy"})
     model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
     results = attack_suite(config, seeds=range(2), policy={"model": model, "tokenizer": tokenizer})

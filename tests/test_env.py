@@ -161,3 +161,71 @@ def test_candidates_are_listed_as_the_quoted_ids_an_answer_copies():
     start = lines.index("Candidates:") + 1
     assert lines[start:start + len(obs.candidates)] == [f'- "{c.id}"' for c in obs.candidates]
     assert all(f'"{c.id}"' in format_action(c.id) for c in obs.candidates)
+
+
+def _open_items(obs):
+    last = render(obs)[1]["content"].splitlines()[-1]
+    assert last.startswith("Open items: ")
+    items = last.removeprefix("Open items: ").split(", ")
+    return [] if items == ["none"] else items
+
+
+def _states(policies=("heuristic", "random", "evidence_expert"), seeds=range(12)):
+    env = PolyGuardEnv()
+    for name in policies:
+        for seed in seeds:
+            pol, obs = make_policy(name), env.reset(seed, "holdout")
+            pol.begin(seed)
+            while True:
+                yield env, obs
+                action = pol.act(obs, env)
+                result = env.step(action)
+                if result.done:
+                    break
+                obs = result.observation
+
+
+def test_open_items_restate_the_evidence_and_match_the_hidden_problems_once_all_is_reviewed():
+    checked = 0
+    for env, obs in _states():
+        slot = dict(env.slots)
+        items = _open_items(obs)
+        unreviewed = [str(slot[d]) for d, _, _ in obs.regimen if d not in {f.drug for f in obs.evidence}]
+        review = [i for i in items if i.startswith("to review")]
+        assert review == ([f"to review {' '.join(unreviewed)}"] if unreviewed else [])
+        if unreviewed:
+            continue
+
+        def item(p):
+            numbers = "+".join(str(n) for n in sorted(slot[d] for d in p.drugs))
+            label = {"interaction": p.detail, "duplicate": "duplicate", "contraindication": "contraindicated",
+                     "renal": f"renal {p.detail}"}[p.kind]
+            return f"{label} {numbers}"
+
+        assert sorted(i for i in items if not i.startswith("moderate")) == sorted(map(item, env.current_problems()))
+        monitored = set(obs.monitored)
+        moderate = {f"moderate {'+'.join(str(n) for n in sorted((slot[a], slot[b])))}"
+                    for i, a in enumerate(env.regimen) for b in list(env.regimen)[i + 1:]
+                    if (x := env.kb.interaction(a, b)) is not None and x.severity == "moderate" and not {a, b} & monitored}
+        assert {i for i in items if i.startswith("moderate")} == moderate
+        checked += 1
+    assert checked > 50
+
+
+def test_open_items_say_the_teachers_next_risk_last():
+    """The teacher's next decision is the line's last item: gather its last number while any drug is unreviewed,
+    stop the last number of a major interaction, duplicate or contraindication, otherwise finish."""
+    decisions = 0
+    for env, obs in _states(policies=("heuristic",), seeds=range(40)):
+        items = _open_items(obs)
+        last = items[-1] if items else "none"
+        number = last.split()[-1].split("+")[-1]
+        if last.startswith("to review"):
+            expected = f"gather:{number}"
+        elif last.split()[0] in ("major", "contraindicated", "duplicate"):
+            expected = f"stop:{number}"
+        else:
+            expected = "finish"
+        assert json.loads(make_policy("heuristic").act(obs, env))["action"] == expected
+        decisions += expected.startswith("stop")
+    assert decisions > 40

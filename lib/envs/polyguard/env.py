@@ -12,6 +12,7 @@ from typing import Any
 
 from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
 from .kb import KnowledgeBase, default_kb
+from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import Patient, Problem, detect_problems, generate, renal_applies
 
@@ -20,12 +21,6 @@ ACTION_TEXT = {"gather": "gather evidence on {}", "stop": "stop {}", "substitute
                "reduce": "reduce dose of {}", "monitor": "order monitoring for {}", "review": "request pharmacist review",
                "finish": "finish review"}
 MAX_ALTERNATIVES_SHOWN = 2
-
-SYSTEM_PROMPT = (
-    "Review this regimen for medication safety. Gather evidence first; prefer a safe substitute to stopping a "
-    "needed drug; reduce doses for kidney function; monitor moderate interactions; finish when no major risk "
-    'remains. Answer with one JSON object: {"action": "<candidate>"}'
-)
 
 
 @dataclass(frozen=True)
@@ -302,31 +297,3 @@ class PolyGuardEnv(Environment):
 
 def _problem_key(problem: Problem) -> tuple:
     return (problem.kind, problem.drugs, problem.detail)
-
-
-def render(observation: Observation) -> list[dict[str, str]]:
-    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
-    p = observation.patient
-    slot_of = {drug: slot for slot, (drug, _, _) in zip(observation.slots, observation.regimen)}
-    lines = [
-        f"Patient: age {p.age}, eGFR {p.egfr}, liver {p.liver}",
-        f"Conditions: {', '.join(p.conditions)}",
-        "Regimen:",
-        *(f"{slot}. {drug} {dose} dose ({indication})" for slot, (drug, dose, indication) in zip(observation.slots, observation.regimen)),
-        "Evidence:",
-        *(f"- [{slot_of[f.drug]}] {f.drug}: {f.text}" for f in observation.evidence),
-    ]
-    if not observation.evidence:
-        lines.append("- none gathered yet")
-    if observation.monitored:
-        lines.append(f"Monitoring: {', '.join(observation.monitored)}")
-    lines += [f"Note: {note}" for note in observation.notes]
-    lines.append(f"Steps left: {observation.budget - observation.step}")
-    lines.append("Candidates:")
-    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
-    lines += [f'- "{c.id}"' for c in observation.candidates]
-    # Said last, nearest the answer: which regimen numbers still have no evidence (derived from the above).
-    unreviewed = [str(slot) for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
-                  if not any(f.drug == drug for f in observation.evidence)]
-    lines.append(f"To review: {', '.join(unreviewed) or 'none'}")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -1,0 +1,71 @@
+"""PolyGuard's one prompt renderer: an observation becomes the chat messages a model sees.
+
+SFT data, GRPO rollouts, evaluation and post-save inference all call `render`; `PolyGuardEnv.render` is it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .env import Observation
+
+SYSTEM_PROMPT = (
+    "Review this regimen for medication safety. Gather evidence first; prefer a safe substitute to stopping a "
+    "needed drug; reduce doses for kidney function; monitor moderate interactions; finish when no major risk "
+    'remains. Answer with one JSON object: {"action": "<candidate>"}'
+)
+
+
+def render(observation: Observation) -> list[dict[str, str]]:
+    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
+    p = observation.patient
+    slot_of = {drug: slot for slot, (drug, _, _) in zip(observation.slots, observation.regimen)}
+    lines = [
+        f"Patient: age {p.age}, eGFR {p.egfr}, liver {p.liver}",
+        f"Conditions: {', '.join(p.conditions)}",
+        "Regimen:",
+        *(f"{slot}. {drug} {dose} dose ({indication})" for slot, (drug, dose, indication) in zip(observation.slots, observation.regimen)),
+        "Evidence:",
+        *(f"- [{slot_of[f.drug]}] {f.drug}: {f.text}" for f in observation.evidence),
+    ]
+    if not observation.evidence:
+        lines.append("- none gathered yet")
+    if observation.monitored:
+        lines.append(f"Monitoring: {', '.join(observation.monitored)}")
+    lines += [f"Note: {note}" for note in observation.notes]
+    lines.append(f"Steps left: {observation.budget - observation.step}")
+    lines.append("Candidates:")
+    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
+    lines += [f'- "{c.id}"' for c in observation.candidates]
+    # Said last, nearest the answer, and derived from the above: the risks the evidence states, most serious last,
+    # then the regimen numbers that still have no evidence.
+    unreviewed = [str(slot) for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
+                  if not any(f.drug == drug for f in observation.evidence)]
+    items = flags(observation, slot_of) + ([f"to review {' '.join(unreviewed)}"] if unreviewed else [])
+    lines.append(f"Open items: {', '.join(items) or 'none'}")
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
+    """The open risks the evidence above states, one item per risk, naming regimen numbers.
+
+    Order: moderate interactions where neither drug is monitored, renal 'reduce' verdicts on drugs still at a
+    standard dose, renal 'avoid' verdicts, then major interactions, duplicates and contraindications, the one
+    the evidence lists first said last, nearest the answer. Derived from the rendered observation only, like
+    the numbers still to review: once every drug is reviewed, the items other than 'moderate' are exactly the
+    problems in the regimen (a test checks this against the environment's hidden problem list)."""
+    standard = {drug for drug, dose, _ in observation.regimen if dose == "standard"}
+    ranked: dict[str, tuple[int, int]] = {}
+    for index, f in enumerate(observation.evidence):
+        if f.kind in ("interaction", "duplicate"):
+            pair = "+".join(str(n) for n in sorted((slot_of[f.drug], slot_of[f.other])))
+            if f.kind == "duplicate" or f.detail in ("major", "contraindicated"):
+                label = f.detail if f.kind == "interaction" else "duplicate"
+                ranked.setdefault(f"{label} {pair}", (3, -index))
+            elif f.detail == "moderate" and not {f.drug, f.other} & set(observation.monitored):
+                ranked.setdefault(f"moderate {pair}", (0, index))
+        elif f.kind == "contraindication":
+            ranked.setdefault(f"contraindicated {slot_of[f.drug]}", (3, -index))
+        elif f.kind == "renal" and (f.detail == "avoid" or f.detail == "reduce" and f.drug in standard):
+            ranked.setdefault(f"renal {f.detail} {slot_of[f.drug]}", (2 if f.detail == "avoid" else 1, index))
+    return sorted(ranked, key=ranked.get)

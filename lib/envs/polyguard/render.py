@@ -55,6 +55,7 @@ def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
     the numbers still to review: once every drug is reviewed, the items other than 'moderate' are exactly the
     problems in the regimen (a test checks this against the environment's hidden problem list)."""
     standard = {drug for drug, dose, _ in observation.regimen if dose == "standard"}
+    monitored = set(observation.monitored)
     ranked: dict[str, tuple[int, int]] = {}
     for index, f in enumerate(observation.evidence):
         if f.kind in ("interaction", "duplicate"):
@@ -62,7 +63,7 @@ def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
             if f.kind == "duplicate" or f.detail in ("major", "contraindicated"):
                 label = f.detail if f.kind == "interaction" else "duplicate"
                 ranked.setdefault(f"{label} {pair}", (3, -index))
-            elif f.detail == "moderate" and not {f.drug, f.other} & set(observation.monitored):
+            elif f.detail == "moderate" and not {f.drug, f.other} & monitored:
                 ranked.setdefault(f"moderate {pair}", (0, index))
         elif f.kind == "contraindication":
             ranked.setdefault(f"contraindicated {slot_of[f.drug]}", (3, -index))

@@ -182,7 +182,8 @@ def main(argv=None) -> int:
     s.add_argument("--profile", default=None, help="profile name or yaml path (default: the run's own config, else cpu-smoke)")
     s.add_argument("--run-dir", type=Path, default=None)
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")
-    s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
+    s.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
     s.set_defaults(func=_stage)
     q = verbs.add_parser("quickcheck", help="closed-loop SFT vs GRPO vs baselines on held-out episodes")
     q.add_argument("--run-dir", type=Path, required=True)
@@ -193,7 +194,8 @@ def main(argv=None) -> int:
     r.add_argument("--profile", default="cpu-smoke")
     r.add_argument("--run-id", default=None)
     r.add_argument("--stages", nargs="*", default=None, help="default: all")
-    r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, e.g. grpo.max_steps=5")
+    r.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
     r.set_defaults(func=_run)
     t = verbs.add_parser("bench-train", help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median")
     t.add_argument("--profile", default="cpu-smoke")

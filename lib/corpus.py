@@ -62,25 +62,37 @@ class _NoisyTeacher(Policy):
         return action
 
 
-def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None) -> list[dict]:
+def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher") -> list[dict]:
     """Heuristic-teacher transcripts: one row per state, labelled with the teacher's action there.
 
     With `noise` > 0 (DART-style noise injection) the episode sometimes continues from a state off the
-    teacher's own path, which a learner that makes one mistake will also reach. Every row is still labelled
-    with what the teacher does at that state; the executed action is recorded as `executed`."""
+    teacher's own path, which a learner that makes one mistake will also reach. With `label="teacher"` every
+    row is labelled with what the teacher does at that state. With `label="executed"` a row is labelled with
+    the action actually taken, so SFT clones the noisy teacher: its most likely action is still the teacher's,
+    and the rest of its probability is spread over every kind of legal action, which GRPO can then sample.
+    Either way the executed action is recorded as `executed` and the teacher's as `teacher`."""
+    if label not in ("teacher", "executed"):
+        raise ValueError(f"unknown SFT label {label!r}: 'teacher' or 'executed'")
     policy = _NoisyTeacher(noise, rng or random.Random(0))
     rows = []
     for seed in seeds:
         episode = run_episode(env, policy, seed, "train", keep_transitions=True)
-        for position, (t, label) in enumerate(zip(episode.transitions, policy.labels)):
-            rows.append({"prompt": env.render(t["observation"]), "completion": [{"role": "assistant", "content": label}],
+        for position, (t, teacher) in enumerate(zip(episode.transitions, policy.labels)):
+            content = teacher if label == "teacher" else t["action"]
+            rows.append({"prompt": env.render(t["observation"]), "completion": [{"role": "assistant", "content": content}],
                          "seed": seed, "split": "train", "position": position, "history": t["history"],
-                         "executed": t["action"]})
+                         "executed": t["action"], "teacher": teacher})
     return rows
 
 
-def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random) -> tuple[list[dict], dict]:
-    """States from rollouts of several policies, at every position, kept when the choice there matters."""
+def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random,
+              improvable_share: float = 0.0) -> tuple[list[dict], dict]:
+    """States from rollouts of several policies, at every position, kept when the choice there matters.
+
+    With `improvable_share` > 0, that share of the prompts (as far as the pool has them) are states where the
+    reference policy's own choice is beaten: some candidate's return exceeds the reference's by at least
+    INFORMATIVE_SPREAD. These are the states where RL can gain on the teacher; the rest are states where the
+    choice matters but the teacher is already right, so GRPO also keeps what SFT got right."""
     reference_policy = make_policy(reference)
     by_position: dict[int, list[dict]] = {}
     seen = examined = 0
@@ -91,22 +103,40 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
                 seen += 1
                 state = {"seed": seed, "split": "train", "history": t["history"], "position": position}
                 by_position.setdefault(position, []).append((state, t["observation"]))
-    rows = []
+    n_improvable = round(improvable_share * n_prompts)
+    improvable: list[tuple[int, dict]] = []
+    other: list[tuple[int, dict]] = []
     positions = sorted(by_position)
     for bucket in by_position.values():
         rng.shuffle(bucket)
+
+    def enough() -> bool:
+        return len(improvable) >= n_improvable and len(other) >= n_prompts - n_improvable
+
     # round-robin over positions so late-episode states are as present as first steps
-    while len(rows) < n_prompts and any(by_position.values()):
+    while not enough() and any(by_position.values()):
         for position in positions:
-            if not by_position[position] or len(rows) >= n_prompts:
+            if not by_position[position] or enough():
                 continue
             state, observation = by_position[position].pop()
             examined += 1
             scores = [action_return(env, state["seed"], "train", state["history"], format_action(c.id), reference_policy)[0]
                       for c in observation.candidates]
-            if max(scores) - min(scores) >= INFORMATIVE_SPREAD:
-                rows.append({**state, "prompt": env.render(observation), "best_return": max(scores)})
+            if max(scores) - min(scores) < INFORMATIVE_SPREAD:
+                continue
+            reference_policy.begin(state["seed"])
+            chosen = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
+            reference_return = scores[[format_action(c.id) for c in observation.candidates].index(chosen)]
+            row = {**state, "prompt": env.render(observation), "best_return": max(scores),
+                   "reference_return": reference_return}
+            gains = max(scores) - reference_return >= INFORMATIVE_SPREAD
+            (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
+    # the pool may run short of one kind: the other kind fills the remaining places
+    take_improvable = min(len(improvable), max(n_improvable, n_prompts - len(other)))
+    chosen_rows = improvable[:take_improvable] + other[: n_prompts - take_improvable]
+    rows = [row for _, row in sorted(chosen_rows, key=lambda pair: pair[0])]
     stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
+             "improvable_kept": sum(r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD for r in rows),
              "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
     return rows, stats
 
@@ -167,9 +197,11 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
     # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
     grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
-    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed))
+    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed),
+                   c.sft_label)
     grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
-                                 c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed))
+                                 c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed),
+                                 c.grpo_improvable_share)
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
     labels, extras["label_augmentation"] = _optional_label_augmentation(config, sorted(env.kb.drugs))

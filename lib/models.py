@@ -79,13 +79,14 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
     """Load weights and tokenizer with from_pretrained, exactly as for a hub model. Returns (model, tokenizer, backend)."""
     backend = backend_for(model_config)
     source = str(path_or_id)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[model_config.precision]
     if backend == "trl_unsloth":  # pragma: no cover - CUDA only
         from unsloth import FastLanguageModel
 
-        model, tokenizer = FastLanguageModel.from_pretrained(source, load_in_4bit=model_config.load_in_4bit,
+        # dtype: Unsloth otherwise picks bf16 wherever the GPU has it, and its GRPOTrainer then refuses fp16=True
+        model, tokenizer = FastLanguageModel.from_pretrained(source, dtype=dtype, load_in_4bit=model_config.load_in_4bit,
                                                              max_seq_length=4096)
     else:
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[model_config.precision]
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype if cuda_available() else torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
@@ -93,6 +94,20 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
     tokenizer.padding_side = "left"
     model.train(trainable)
     return model, tokenizer, backend
+
+
+def with_lora(model, model_config: ModelConfig, backend: str):
+    """(model, peft_config for the TRL trainer). On Unsloth the adapter is added here with
+    FastLanguageModel.get_peft_model, Unsloth's own route (its GRPOTrainer trained every weight when handed a
+    peft_config: measured on an H100, bench/README.md); otherwise TRL adds it from the returned LoraConfig."""
+    if backend == "trl_unsloth":  # pragma: no cover - CUDA only
+        from unsloth import FastLanguageModel
+
+        lora = model_config.lora
+        model = FastLanguageModel.get_peft_model(model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                                 target_modules=list(lora.target_modules))
+        return model, None
+    return model, lora_config(model_config)
 
 
 def lora_config(model_config: ModelConfig):

@@ -20,7 +20,7 @@ from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from .config import RunConfig
 from .corpus import read_jsonl
 from .envs import make_env
-from .models import build_tiny, cuda_available, is_tiny, load_model, lora_config, weights_sha256
+from .models import build_tiny, cuda_available, is_tiny, load_model, weights_sha256, with_lora
 from .policies import make_policy
 from .rollouts import action_returns, policy_continuation
 from .runs import Run, seed_everything
@@ -88,8 +88,6 @@ def _sft_dataset(rows: list[dict]) -> Dataset:
 
 
 def run_sft(config: RunConfig, run: Run) -> dict:
-    from trl import SFTConfig, SFTTrainer
-
     from .trl_compat import ensure_logprob_kernel
 
     started = time.time()
@@ -103,7 +101,13 @@ def run_sft(config: RunConfig, run: Run) -> dict:
         texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [_kb_text(config)]
         base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
     model, tokenizer, backend = load_model(base, config.model)
-    peft = None if (is_tiny(config.model) and config.model.sft_full_finetune) else lora_config(config.model)
+    # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
+    from trl import SFTConfig, SFTTrainer
+
+    adapter = not (is_tiny(config.model) and config.model.sft_full_finetune)
+    peft = None
+    if adapter:
+        model, peft = with_lora(model, config.model, backend)
     s = config.sft
     args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=s.epochs, per_device_train_batch_size=s.batch_size,
                      gradient_accumulation_steps=s.grad_accum, learning_rate=s.learning_rate, max_length=s.max_length,
@@ -117,13 +121,13 @@ def run_sft(config: RunConfig, run: Run) -> dict:
     if guard.bad_step is not None:
         raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
     model_dir = out / "model"
-    _save_atomically(trainer, tokenizer, model_dir, merge=peft is not None)
+    _save_atomically(trainer, tokenizer, model_dir, merge=adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return run.stage_done("sft", started=started, params=s.model_dump(), inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
                           outputs={"model": str(model_dir)},
                           metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step, "loss_first": losses[0] if losses else None,
                                    "loss_last": losses[-1] if losses else None, "losses": losses,
-                                   "weights_sha256": weights_sha256(model_dir), "full_finetune": peft is None})
+                                   "weights_sha256": weights_sha256(model_dir), "full_finetune": not adapter})
 
 
 def _kb_text(config: RunConfig) -> str:
@@ -236,7 +240,8 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
     too_long = []
     for i, r in enumerate(rows):
-        n = len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+        n = len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"])
         if n > max_prompt_length:
             too_long.append((i, n))
     if too_long:
@@ -275,8 +280,6 @@ def _timed_trainer_class():
 def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=(), *,
              base_model: str | None = None, stage: str = "grpo") -> dict:
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
-    from trl import GRPOConfig
-
     from .trl_compat import ensure_logprob_kernel
 
     started = time.time()
@@ -289,19 +292,24 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     out = run.stage_dir(stage)
     base_model = base_model or sft["outputs"]["model"]
     model, tokenizer, backend = load_model(base_model, config.model)
+    model, peft = with_lora(model, config.model, backend)
+    # only now: with Unsloth, load_model imports it, and Unsloth's GRPOTrainer needs its own GRPOConfig subclass
+    # (it reads args.unsloth_num_chunks); a GRPOConfig imported before that is TRL's original class
+    from trl import GRPOConfig
+
     rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
     g = config.grpo
     dataset = _grpo_dataset(rows, tokenizer, g.max_prompt_length)
     args = GRPOConfig(output_dir=str(out / "trainer"), max_steps=g.max_steps, per_device_train_batch_size=g.batch_size,
                       num_generations=g.num_generations, learning_rate=g.learning_rate,
-                      max_completion_length=g.max_completion_length, temperature=g.temperature, beta=g.beta,
+                      max_completion_length=g.max_completion_length, temperature=g.temperature, top_k=g.top_k, beta=g.beta,
                       logging_steps=g.logging_steps, report_to="none", seed=config.seed, data_seed=config.seed,
                       save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
                       disable_tqdm=False, **_precision_flags(config))
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
     trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl", policy), args=args,
-                                     train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(config.model),
+                                     train_dataset=dataset, processing_class=tokenizer, peft_config=peft,
                                      callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
     policy["model"] = trainer.model
     run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)

@@ -61,3 +61,14 @@ def test_bench_train_rejects_a_bad_profile_before_running_anything(monkeypatch, 
     assert main(["bench-train", "--profile", "no-such-profile", "--repeats", "1"]) == 2
     assert "no-such-profile" in capsys.readouterr().err
     assert ran == []
+
+
+def test_repeated_set_flags_all_apply(tmp_path):
+    from lib.__main__ import main
+    from lib.runs import read_config
+
+    run_dir = tmp_path / "run"
+    assert main(["stage", "corpus", "--run-dir", str(run_dir), "--set", "corpus.sft_episodes=2",
+                 "--set", "corpus.grpo_prompts=2", "grpo.top_k=3"]) == 0
+    config = read_config(run_dir)
+    assert (config.corpus.sft_episodes, config.corpus.grpo_prompts, config.grpo.top_k) == (2, 2, 3)

@@ -99,3 +99,53 @@ def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_
         assert render(obs) == r["prompt"]
         assert teacher.act(obs, state) == r["completion"][0]["content"]
     assert sft_rows(env, range(20), noise=0.3, rng=random.Random(0)) == noisy
+
+
+def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():
+    import random
+
+    from lib.corpus import sft_rows
+
+    env = PolyGuardEnv()
+    teacher = sft_rows(env, range(20), noise=0.3, rng=random.Random(0))
+    executed = sft_rows(env, range(20), noise=0.3, rng=random.Random(0), label="executed")
+    # same episodes, same states; only the label of a noisy step changes, to the action actually taken
+    assert [r["prompt"] for r in executed] == [r["prompt"] for r in teacher]
+    assert all(r["completion"][0]["content"] == r["executed"] for r in executed)
+    assert all(r["completion"][0]["content"] == r["teacher"] for r in teacher)
+    changed = [r for r in executed if r["executed"] != r["teacher"]]
+    assert changed and len(changed) < len(executed) / 2
+    kinds = {json.loads(r["executed"])["action"].split(":")[0] for r in changed}
+    assert {"stop", "monitor"} <= kinds  # kinds of action the heuristic itself never or rarely takes get labels
+    with pytest.raises(ValueError, match="unknown SFT label 'random'"):
+        sft_rows(env, range(2), label="random")
+
+
+def test_improvable_share_draws_states_where_the_reference_is_beaten():
+    import random
+
+    from lib.corpus import INFORMATIVE_SPREAD, grpo_rows
+    from lib.envs.base import format_action
+    from lib.policies import make_policy
+    from lib.rollouts import action_return
+
+    env = PolyGuardEnv()
+    policies = ["heuristic", "evidence_expert", "random"]
+
+    def improvable(rows):
+        return [r for r in rows if r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD]
+
+    plain, _ = grpo_rows(env, range(200, 215), policies, 30, "heuristic", random.Random(0))
+    rows, stats = grpo_rows(env, range(200, 215), policies, 30, "heuristic", random.Random(0), improvable_share=0.6)
+    assert len(rows) == 30 and stats["improvable_kept"] == len(improvable(rows)) >= 18
+    assert len(improvable(plain)) < 18
+    heuristic = make_policy("heuristic")
+    for r in improvable(rows)[:4]:  # the recorded returns are the environment's, and the teacher's choice is beaten
+        state = PolyGuardEnv()
+        observation = state.restore(r["seed"], "train", r["history"])
+        heuristic.begin(r["seed"])
+        choice = heuristic.act(observation, state)
+        assert action_return(PolyGuardEnv(), r["seed"], "train", r["history"], choice, make_policy("heuristic"))[0] == r["reference_return"]
+        best = max(action_return(PolyGuardEnv(), r["seed"], "train", r["history"], format_action(c.id), make_policy("heuristic"))[0]
+                   for c in observation.candidates)
+        assert best == r["best_return"] > r["reference_return"]

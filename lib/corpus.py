@@ -91,8 +91,9 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
 
     With `improvable_share` > 0, that share of the prompts (as far as the pool has them) are states where the
     reference policy's own choice is beaten: some candidate's return exceeds the reference's by at least
-    INFORMATIVE_SPREAD. These are the states where RL can gain on the teacher; the rest are states where the
-    choice matters but the teacher is already right, so GRPO also keeps what SFT got right."""
+    INFORMATIVE_SPREAD. These are the states where RL can gain on the teacher. The rest are drawn as without it
+    (any state where the choice matters, mostly ones where the teacher is right), so GRPO also practises what
+    SFT should keep. Every row records `best_return` and the reference's own `reference_return`."""
     reference_policy = make_policy(reference)
     by_position: dict[int, list[dict]] = {}
     seen = examined = 0
@@ -113,6 +114,7 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
     def enough() -> bool:
         return len(improvable) >= n_improvable and len(other) >= n_prompts - n_improvable
 
+    progress = tqdm(total=n_prompts, desc="corpus/grpo states scored and kept", leave=False)
     # round-robin over positions so late-episode states are as present as first steps
     while not enough() and any(by_position.values()):
         for position in positions:
@@ -131,6 +133,8 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
                    "reference_return": reference_return}
             gains = max(scores) - reference_return >= INFORMATIVE_SPREAD
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
+            progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
+    progress.close()
     # the pool may run short of one kind: the other kind fills the remaining places
     take_improvable = min(len(improvable), max(n_improvable, n_prompts - len(other)))
     chosen_rows = improvable[:take_improvable] + other[: n_prompts - take_improvable]

@@ -20,7 +20,7 @@ class Strict(BaseModel):
 class CorpusConfig(Strict):
     sft_episodes: int = Field(ge=1, description="heuristic-teacher episodes on train seeds for SFT")
     sft_noise: float = Field(0.0, ge=0.0, lt=1.0, description="DART: chance a random action replaces the teacher's "
-                             "in SFT episodes (rows keep the teacher's label), so SFT sees states off the teacher's path")
+                             "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)")
     sft_label: Literal["teacher", "executed"] = Field(
         "teacher", description="label of a noisy step's row: the teacher's action (DART), or the action executed "
         "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)")
@@ -80,9 +80,7 @@ class GRPOStageConfig(Strict):
     max_completion_length: int = Field(16, ge=4)
     max_prompt_length: int = Field(1024, ge=64, description="longer prompts are an error, never truncated")
     temperature: float = Field(1.0, gt=0)
-    top_k: int = Field(0, ge=0, description="GRPO samples among the k most likely tokens only (0: all). With a "
-                       "temperature above 1 it tries actions the SFT policy rates unlikely without drifting into "
-                       "malformed text")
+    top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
     reference_policy: str = "heuristic"
     continuation: Literal["reference", "policy"] = Field(

@@ -49,13 +49,10 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_
 
 
 def versions() -> dict:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    sys.path.insert(0, str(REPO))
+    from lib.runs import package_versions
+
+    return package_versions(PACKAGES)
 
 
 # ---------------------------------------------------------------------------------------------------- child side

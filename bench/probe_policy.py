@@ -25,18 +25,17 @@ from lib.config import ModelConfig  # noqa: E402
 from lib.envs.polyguard.env import PolyGuardEnv  # noqa: E402
 from lib.evaluate import generate_actions, load_policy_model  # noqa: E402
 from lib.policies import HeuristicPolicy  # noqa: E402
+from lib.rollouts import run_episode  # noqa: E402
 
 KINDS = ("finish", "stop", "substitute", "reduce", "monitor", "gather", "review")
 
 
 def teacher_states(episodes: int):
+    """(rendered prompt, teacher's action) at every state of the teacher's holdout episodes."""
     env, teacher = PolyGuardEnv(), HeuristicPolicy()
     for seed in range(episodes):
-        observation = env.reset(seed, "holdout")
-        while not env.done:
-            action = teacher.act(observation, env)
-            yield env.render(observation), action
-            observation = env.step(action).observation
+        for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions:
+            yield env.render(t["observation"]), t["action"]
 
 
 def kind_logprobs(model, tokenizer, messages) -> dict[str, float]:

@@ -135,9 +135,8 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
     progress.close()
-    # the pool may run short of one kind: the other kind fills the remaining places
-    take_improvable = min(len(improvable), max(n_improvable, n_prompts - len(other)))
-    chosen_rows = improvable[:take_improvable] + other[: n_prompts - take_improvable]
+    # improvable rows never exceed their quota; when the pool has fewer, other rows fill the remaining places
+    chosen_rows = improvable + other[: n_prompts - len(improvable)]
     rows = [row for _, row in sorted(chosen_rows, key=lambda pair: pair[0])]
     stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
              "improvable_kept": sum(r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD for r in rows),

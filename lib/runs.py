@@ -64,9 +64,9 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def package_versions() -> dict[str, str | None]:
+def package_versions(names=PACKAGES) -> dict[str, str | None]:
     versions = {}
-    for name in PACKAGES:
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -28,6 +28,8 @@ class CorpusConfig(Strict):
     grpo_rollout_policies: list[str] = ["heuristic", "evidence_expert", "random"]
     grpo_improvable_share: float = Field(0.0, ge=0.0, le=1.0, description="share of GRPO prompts drawn from states "
                                          "where some candidate beats the reference policy's own choice")
+    grpo_improvable_margin: float = Field(0.05, ge=0.05, description="by how much some candidate's return must "
+                                          "beat the reference's own choice for a state to count as improvable")
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
     hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
     hf_instruction_rows: int = Field(200, ge=1)

@@ -86,12 +86,12 @@ def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None, l
 
 
 def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random,
-              improvable_share: float = 0.0) -> tuple[list[dict], dict]:
+              improvable_share: float = 0.0, improvable_margin: float = INFORMATIVE_SPREAD) -> tuple[list[dict], dict]:
     """States from rollouts of several policies, at every position, kept when the choice there matters.
 
     With `improvable_share` > 0, that share of the prompts (as far as the pool has them) are states where the
     reference policy's own choice is beaten: some candidate's return exceeds the reference's by at least
-    INFORMATIVE_SPREAD. These are the states where RL can gain on the teacher. The rest are drawn as without it
+    `improvable_margin`. These are the states where RL can gain on the teacher. The rest are drawn as without it
     (any state where the choice matters, mostly ones where the teacher is right), so GRPO also practises what
     SFT should keep. Every row records `best_return` and the reference's own `reference_return`."""
     reference_policy = make_policy(reference)
@@ -131,7 +131,7 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
             reference_return = scores[[format_action(c.id) for c in observation.candidates].index(chosen)]
             row = {**state, "prompt": env.render(observation), "best_return": max(scores),
                    "reference_return": reference_return}
-            gains = max(scores) - reference_return >= INFORMATIVE_SPREAD
+            gains = max(scores) - reference_return >= improvable_margin
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
     progress.close()
@@ -139,7 +139,7 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
     chosen_rows = improvable + other[: n_prompts - len(improvable)]
     rows = [row for _, row in sorted(chosen_rows, key=lambda pair: pair[0])]
     stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
-             "improvable_kept": sum(r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD for r in rows),
+             "improvable_kept": sum(r["best_return"] - r["reference_return"] >= improvable_margin for r in rows),
              "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
     return rows, stats
 
@@ -204,7 +204,7 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
                    c.sft_label)
     grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
                                  c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed),
-                                 c.grpo_improvable_share)
+                                 c.grpo_improvable_share, c.grpo_improvable_margin)
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
     labels, extras["label_augmentation"] = _optional_label_augmentation(config, sorted(env.kb.drugs))

@@ -87,7 +87,7 @@ class Run:
                         "packages": package_versions(), "hardware": hardware(), "started": now(), "ended": None,
                         "corpus_hashes": {}, "stages": {}}
             atomic_write_json(self.dir / "manifest.json", manifest)
-        elif manifest["config"] != config.model_dump(mode="json"):
+        elif RunConfig.model_validate(manifest["config"]) != config:  # a field added since, at its default, is the same config
             raise ValueError(f"{self.dir} was made with a different config; use a new --run-dir or the same profile")
 
     def manifest(self) -> dict:

@@ -72,3 +72,18 @@ def test_repeated_set_flags_all_apply(tmp_path):
                  "--set", "corpus.grpo_prompts=2", "grpo.top_k=3"]) == 0
     config = read_config(run_dir)
     assert (config.corpus.sft_episodes, config.corpus.grpo_prompts, config.grpo.top_k) == (2, 2, 3)
+
+
+def test_a_run_keeps_its_config_and_tolerates_fields_added_since(tmp_path):
+    import json
+
+    from lib.runs import Run
+
+    config = load_config("cpu-smoke")
+    Run(tmp_path / "r", config)
+    with pytest.raises(ValueError, match="made with a different config"):
+        Run(tmp_path / "r", load_config("cpu-smoke", {"sft.epochs": 9}))
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    del manifest["config"]["corpus"]["grpo_improvable_margin"]  # as written by code older than that field
+    (tmp_path / "r" / "manifest.json").write_text(json.dumps(manifest))
+    assert Run(tmp_path / "r", config).config == config

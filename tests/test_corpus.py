@@ -149,3 +149,20 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
         best = max(action_return(PolyGuardEnv(), r["seed"], "train", r["history"], format_action(c.id), make_policy("heuristic"))[0]
                    for c in observation.candidates)
         assert best == r["best_return"] > r["reference_return"]
+
+
+def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much():
+    import random
+
+    from lib.corpus import grpo_rows
+
+    env = PolyGuardEnv()
+    policies = ["heuristic", "evidence_expert", "random"]
+    rows, stats = grpo_rows(env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5,
+                            improvable_margin=0.2)
+    gains = [r["best_return"] - r["reference_return"] for r in rows]
+    assert stats["improvable_kept"] == sum(g >= 0.2 for g in gains) == 15  # the quota is filled with big losses only
+    loose, _ = grpo_rows(env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5)
+    assert sum(r["best_return"] - r["reference_return"] >= 0.2 for r in loose) < 15  # 0.05 lets small gains in
+    with pytest.raises(ValueError, match="grpo_improvable_margin"):
+        load_config("cpu-smoke", {"corpus.grpo_improvable_margin": 0.01})

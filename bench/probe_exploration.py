@@ -12,6 +12,7 @@ best action. GRPO can only move probability towards an action it samples.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections import defaultdict
@@ -23,10 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lib.corpus import read_jsonl  # noqa: E402
 from lib.envs import make_env  # noqa: E402
-from lib.envs.base import format_action  # noqa: E402
 from lib.evaluate import load_policy_model  # noqa: E402
 from lib.policies import make_policy  # noqa: E402
-from lib.rollouts import action_return  # noqa: E402
+from lib.rollouts import candidate_returns  # noqa: E402
 from lib.runs import read_config  # noqa: E402
 
 
@@ -56,11 +56,11 @@ def main(argv=None) -> int:
     by_kind: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         observation = env.restore(r["seed"], r["split"], r["history"])
-        returns = {c.id: action_return(env, r["seed"], r["split"], r["history"], format_action(c.id),
-                                       make_policy(config.grpo.reference_policy))[0] for c in observation.candidates}
-        best = [a for a, v in returns.items() if v >= max(returns.values()) - 1e-9]
-        p = sum(math.exp(answer_logprob(model, tokenizer, r["prompt"], format_action(a))) for a in best)
-        by_kind[best[0].split(":")[0]].append(p)
+        returns = candidate_returns(env, r["seed"], r["split"], r["history"], observation,
+                                    make_policy(config.grpo.reference_policy))
+        best = [a for a, v in returns.items() if v == r["best_return"]]
+        p = sum(math.exp(answer_logprob(model, tokenizer, r["prompt"], a)) for a in best)
+        by_kind[json.loads(best[0])["action"].split(":")[0]].append(p)
     print(f"{len(rows)} prompts where the reference loses >= {args.margin}")
     for kind, ps in sorted(by_kind.items()):
         print(f"  best={kind:<10} {len(ps):4d} states  mean p(best) {sum(ps) / len(ps):.4f}  "

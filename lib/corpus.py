@@ -20,7 +20,7 @@ from .envs.base import format_action
 from .io import atomic_write_text
 from .models import sha256_file
 from .policies import Policy, make_policy
-from .rollouts import action_return, run_episode
+from .rollouts import candidate_returns, run_episode
 from .runs import Run
 
 INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
@@ -122,16 +122,14 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
                 continue
             state, observation = by_position[position].pop()
             examined += 1
-            scores = [action_return(env, state["seed"], "train", state["history"], format_action(c.id), reference_policy)[0]
-                      for c in observation.candidates]
-            if max(scores) - min(scores) < INFORMATIVE_SPREAD:
+            returns = candidate_returns(env, state["seed"], "train", state["history"], observation, reference_policy)
+            best = max(returns.values())
+            if best - min(returns.values()) < INFORMATIVE_SPREAD:
                 continue
             reference_policy.begin(state["seed"])
-            chosen = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
-            reference_return = scores[[format_action(c.id) for c in observation.candidates].index(chosen)]
-            row = {**state, "prompt": env.render(observation), "best_return": max(scores),
-                   "reference_return": reference_return}
-            gains = max(scores) - reference_return >= improvable_margin
+            reference_return = returns[reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)]
+            row = {**state, "prompt": env.render(observation), "best_return": best, "reference_return": reference_return}
+            gains = best - reference_return >= improvable_margin
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
     progress.close()

@@ -45,6 +45,15 @@ def action_return(env, seed: int, split: str, history: list[str], action_text: s
     return action_returns([env], [(seed, split, history, action_text)], policy_continuation(reference))[0]
 
 
+def candidate_returns(env, seed: int, split: str, history: list[str], observation, reference) -> dict[str, float]:
+    """`action_return` of every candidate the observation lists, keyed by the candidate's answer text: what
+    each legal action at this state is worth when `reference` finishes the episode."""
+    from .envs.base import format_action
+
+    return {format_action(c.id): action_return(env, seed, split, history, format_action(c.id), reference)[0]
+            for c in observation.candidates}
+
+
 def policy_continuation(policy):
     """A continuation (see `action_returns`) in which a copy of `policy`, begun at the episode's seed, acts
     in each episode."""

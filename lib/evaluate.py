@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .embedded import resolve_model_source
 from .envs import make_env
 from .envs.base import Invalid, parse_action
 from .io import atomic_write_json, atomic_write_text
@@ -35,7 +36,7 @@ class ProvenanceError(RuntimeError):
 
 def artifact_folder(path_or_id: str | Path) -> Path:
     """The local folder holding a model's weights: the path itself, or the hub cache snapshot of a hub id."""
-    path = Path(path_or_id)
+    path = Path(resolve_model_source(path_or_id))
     if path.is_dir():
         return path
     from huggingface_hub import snapshot_download
@@ -69,56 +70,54 @@ def generate_actions(model, tokenizer, message_batches, *, greedy: bool, max_new
 
 
 def run_model_episodes(model, tokenizer, source: dict, env_name: str, seeds, split: str, *, greedy: bool = True,
-                       batch_size: int = 32, max_new_tokens: int = 16, veto_k: int = 0, desc: str = "episodes"):
-    """Play every seed to the end with the model choosing every action, batched across episodes.
+                       batch_size: int = 256, max_new_tokens: int = 16, veto_k: int = 0, desc: str = "episodes"):
+    """Play every seed to the end with the model choosing every action. Live episodes advance in lockstep: each
+    round, one `generate` call answers every live episode's current state. Up to `batch_size` episodes are live
+    at once; as one ends, the next seed starts in its place, so no episode waits for another to finish.
 
     With `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled, up to
     `veto_k` times before it is submitted; the re-asks are counted in each action record. Returns
     (episodes, action_records); every action record carries `model_source`."""
     episodes, actions = [], []
-    seeds = list(seeds)
-    progress = tqdm(total=len(seeds), desc=desc)
-    for start in range(0, len(seeds), batch_size):
-        chunk = seeds[start:start + batch_size]
-        envs = [make_env(env_name) for _ in chunk]
-        observations = [env.reset(seed, split) for env, seed in zip(envs, chunk)]
-        totals = {seed: {"invalid": 0, "steps": 0} for seed in chunk}
-        active = list(range(len(chunk)))
-        while active:
-            began = time.perf_counter()
-            texts = generate_actions(model, tokenizer, [envs[i].render(observations[i]) for i in active],
-                                     greedy=greedy, max_new_tokens=max_new_tokens)
-            retries = [0] * len(active)
-            for _ in range(veto_k):
-                rejected = [j for j, i in enumerate(active)
-                            if isinstance(parse_action(texts[j], observations[i].candidates), Invalid)]
-                if not rejected:
-                    break
-                again = generate_actions(model, tokenizer, [envs[active[j]].render(observations[active[j]]) for j in rejected],
-                                         greedy=False, max_new_tokens=max_new_tokens)
-                for j, text in zip(rejected, again):
-                    texts[j], retries[j] = text, retries[j] + 1
-            latency = (time.perf_counter() - began) / len(active)
-            still = []
-            for i, text, retry in zip(active, texts, retries):
-                seed = chunk[i]
-                result = envs[i].step(text)
-                invalid = "invalid" in result.info
-                totals[seed]["invalid"] += invalid
-                totals[seed]["steps"] += 1
-                record = {"seed": seed, "split": split, "step": totals[seed]["steps"], "completion": text,
-                          "valid": not invalid, "reward": result.reward, "model_source": source, "latency_s": latency}
-                if veto_k:
-                    record["veto_retries"] = retry
-                actions.append(record)
-                if result.done:
-                    episodes.append(Episode(seed, split, result.info["episode_return"], totals[seed]["steps"],
-                                            totals[seed]["invalid"], result.info["end_reason"], result.components))
-                    progress.update(1)
-                else:
-                    observations[i] = result.observation
-                    still.append(i)
-            active = still
+    queue = list(seeds)[::-1]
+    live: list[dict] = []  # {"seed", "env", "observation", "invalid", "steps"}
+    progress = tqdm(total=len(queue), desc=desc)
+    while queue or live:
+        while queue and len(live) < batch_size:
+            seed, env = queue.pop(), make_env(env_name)
+            live.append({"seed": seed, "env": env, "observation": env.reset(seed, split), "invalid": 0, "steps": 0})
+        began = time.perf_counter()
+        texts = generate_actions(model, tokenizer, [e["env"].render(e["observation"]) for e in live],
+                                 greedy=greedy, max_new_tokens=max_new_tokens)
+        retries = [0] * len(live)
+        for _ in range(veto_k):
+            rejected = [j for j, e in enumerate(live) if isinstance(parse_action(texts[j], e["observation"].candidates), Invalid)]
+            if not rejected:
+                break
+            again = generate_actions(model, tokenizer, [live[j]["env"].render(live[j]["observation"]) for j in rejected],
+                                     greedy=False, max_new_tokens=max_new_tokens)
+            for j, text in zip(rejected, again):
+                texts[j], retries[j] = text, retries[j] + 1
+        latency = (time.perf_counter() - began) / len(live)
+        still = []
+        for episode, text, retry in zip(live, texts, retries):
+            result = episode["env"].step(text)
+            invalid = "invalid" in result.info
+            episode["invalid"] += invalid
+            episode["steps"] += 1
+            record = {"seed": episode["seed"], "split": split, "step": episode["steps"], "completion": text,
+                      "valid": not invalid, "reward": result.reward, "model_source": source, "latency_s": latency}
+            if veto_k:
+                record["veto_retries"] = retry
+            actions.append(record)
+            if result.done:
+                episodes.append(Episode(episode["seed"], split, result.info["episode_return"], episode["steps"],
+                                        episode["invalid"], result.info["end_reason"], result.components))
+                progress.update(1)
+            else:
+                episode["observation"] = result.observation
+                still.append(episode)
+        live = still
     progress.close()
     return sorted(episodes, key=lambda e: e.seed), actions
 
@@ -241,6 +240,7 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
         summaries = {}
         for name, (model, tokenizer, source) in loaded.items():
             episodes, actions = run_model_episodes(model, tokenizer, source, config.env, seeds, split,
+                                                   batch_size=config.eval.batch_size,
                                                    max_new_tokens=config.grpo.max_completion_length, desc=f"evaluate/{split}/{name}")
             summaries[name] = {"kind": "model", **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
@@ -296,7 +296,8 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
     summary = {}
     for name in ("sft", "grpo"):
         model, tokenizer, source = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
-        runs = run_model_episodes(model, tokenizer, source, config.env, seeds, split, desc=f"quickcheck/{name}")
+        runs = run_model_episodes(model, tokenizer, source, config.env, seeds, split, batch_size=config.eval.batch_size,
+                                  max_new_tokens=config.grpo.max_completion_length, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     for name in ("random", "heuristic"):

@@ -1,6 +1,7 @@
 """Atomic file writes: every file the workbook writes goes through here, so a crash never leaves half a file."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -33,3 +34,24 @@ def atomic_write_json(path: Path, obj) -> None:
 def read_json(path: Path | str):
     """Read a JSON file the workbook wrote (notebooks use this to show stage outputs)."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(folder: Path) -> str:
+    """One sha over every weight file in a saved model or adapter folder (sorted by name)."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
+    if not files:
+        raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {folder}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()

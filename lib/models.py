@@ -1,11 +1,12 @@
-"""Models: build the offline `tiny` model, and load any model (tiny folder, local folder or hub id) the same way.
+"""Models: build the offline `tiny` model, and load any model (tiny folder, embedded model, local folder or hub id)
+the same way.
 
-Used by the sft, grpo, evaluate and export stages. Every load goes through `from_pretrained(path_or_id)`;
+Used by the sft, grpo, evaluate and export stages. Every load goes through `from_pretrained(path_or_id)` (an embedded model's name first resolves to its
+converted folder, `lib.embedded`);
 on CUDA with unsloth installed, hub models load through Unsloth's FastLanguageModel instead.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from trl.chat_template_utils import qwen2_5_chat_template
 
 from .config import ModelConfig, TinyModelConfig
+from .embedded import resolve_model_source
+from .io import sha256_file, weights_sha256  # noqa: F401 (re-exported: stages hash artifacts through lib.models)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added but NOT special: decoding with skip_special_tokens must keep them, or no tool call is ever parsed.
@@ -31,6 +34,15 @@ def cuda_available() -> bool:
 
 def unsloth_available() -> bool:
     return cuda_available() and importlib.util.find_spec("unsloth") is not None
+
+
+def resolved_precision(model_config: ModelConfig) -> str:
+    """The precision a run trains in: `auto` is bf16 where the GPU has it, fp16 on a GPU without (a T4), fp32 on CPU."""
+    if model_config.precision != "auto":
+        return model_config.precision
+    if not cuda_available():
+        return "fp32"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"  # pragma: no cover - CUDA only
 
 
 def backend_for(model_config: ModelConfig) -> str:
@@ -78,8 +90,8 @@ def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
 def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: bool = True):
     """Load weights and tokenizer with from_pretrained, exactly as for a hub model. Returns (model, tokenizer, backend)."""
     backend = backend_for(model_config)
-    source = str(path_or_id)
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[model_config.precision]
+    source = resolve_model_source(path_or_id)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved_precision(model_config)]
     if backend == "trl_unsloth":  # pragma: no cover - CUDA only
         from unsloth import FastLanguageModel
 
@@ -116,24 +128,3 @@ def lora_config(model_config: ModelConfig):
     lora = model_config.lora
     return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                       target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def weights_sha256(folder: Path) -> str:
-    """One sha over every weight file in a saved model or adapter folder (sorted by name)."""
-    folder = Path(folder)
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
-    if not files:
-        raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {folder}")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode())
-        digest.update(sha256_file(path).encode())
-    return digest.hexdigest()

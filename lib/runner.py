@@ -31,7 +31,7 @@ def suggest_profile(requested: str) -> str:
     import torch
 
     if torch.cuda.is_available() and requested.startswith("cpu"):
-        return f"CUDA is available ({torch.cuda.get_device_name(0)}): consider PROFILE = 't4-qwen0.5b'"
+        return f"CUDA is available ({torch.cuda.get_device_name(0)}): consider PROFILE = 'gpu-smollm2'"
     return f"profile {requested!r}"
 
 

@@ -10,6 +10,7 @@ import math
 import resource
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -19,8 +20,9 @@ from transformers import TrainerCallback
 from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from .config import RunConfig
 from .corpus import read_jsonl
+from .embedded import source_record
 from .envs import make_env
-from .models import build_tiny, cuda_available, is_tiny, load_model, weights_sha256, with_lora
+from .models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from .policies import make_policy
 from .rollouts import action_returns, policy_continuation
 from .runs import Run, seed_everything
@@ -35,9 +37,8 @@ class PromptTooLongError(ValueError):
 
 
 def _precision_flags(config: RunConfig) -> dict:
-    on_cuda = cuda_available()
-    return {"use_cpu": not on_cuda, "fp16": on_cuda and config.model.precision == "fp16",
-            "bf16": on_cuda and config.model.precision == "bf16"}
+    on_cuda, precision = cuda_available(), resolved_precision(config.model)
+    return {"use_cpu": not on_cuda, "fp16": on_cuda and precision == "fp16", "bf16": on_cuda and precision == "bf16"}
 
 
 def _peak_memory_mb() -> float:
@@ -87,7 +88,7 @@ def _sft_dataset(rows: list[dict]) -> Dataset:
     return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
 
 
-def run_sft(config: RunConfig, run: Run) -> dict:
+def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     from .trl_compat import ensure_logprob_kernel
 
     started = time.time()
@@ -100,6 +101,7 @@ def run_sft(config: RunConfig, run: Run) -> dict:
     if is_tiny(config.model):
         texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [_kb_text(config)]
         base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
+    run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
     # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
     from trl import SFTConfig, SFTTrainer
@@ -111,22 +113,28 @@ def run_sft(config: RunConfig, run: Run) -> dict:
     s = config.sft
     args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=s.epochs, per_device_train_batch_size=s.batch_size,
                      gradient_accumulation_steps=s.grad_accum, learning_rate=s.learning_rate, max_length=s.max_length,
-                     logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=config.seed,
+                     max_steps=s.max_steps or -1, logging_steps=s.logging_steps, save_strategy="no",
+                     gradient_checkpointing=s.gradient_checkpointing, report_to="none", seed=config.seed,
                      data_seed=config.seed, completion_only_loss=True, lr_scheduler_type="cosine", warmup_steps=0.05,
                      disable_tqdm=False, full_determinism=False, **_precision_flags(config))
     guard = FiniteLossGuard()
     trainer = SFTTrainer(model=model, args=args, train_dataset=_sft_dataset(rows), processing_class=tokenizer,
-                         peft_config=peft, callbacks=[JsonlLogger(out / "train_log.jsonl"), guard])
-    trainer.train()
+                         peft_config=peft, callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
+    runtime = trainer.train().metrics["train_runtime"]
     if guard.bad_step is not None:
         raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
     model_dir = out / "model"
     _save_atomically(trainer, tokenizer, model_dir, merge=adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    # TRL's running count of non-pad tokens trained on (the logged num_tokens lags behind by up to logging_steps)
+    tokens = int(getattr(trainer, "_total_train_tokens", 0)) or max(
+        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0)
     return run.stage_done("sft", started=started, params=s.model_dump(), inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
                           outputs={"model": str(model_dir)},
                           metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step, "loss_first": losses[0] if losses else None,
                                    "loss_last": losses[-1] if losses else None, "losses": losses,
+                                   "train_tokens": tokens, "train_runtime_s": round(runtime, 3),
+                                   "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
                                    "weights_sha256": weights_sha256(model_dir), "full_finetune": not adapter})
 
 
@@ -251,6 +259,21 @@ def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Datase
                                "history": json.dumps(r["history"])} for r in rows])
 
 
+@contextmanager
+def sampling_mode(model, gradient_checkpointing_kwargs=None):
+    """Gradient checkpointing off while GRPO samples its completions.
+
+    TRL 1.15 samples with the model in training mode, and GRPOConfig turns gradient checkpointing on by default.
+    Under transformers 5, a checkpointed decoder layer in training mode drops `past_key_values`, so every token
+    after the first is generated without seeing the prompt (SmolLM2 answers "The---------------" instead of
+    "The capital of France is Paris."; tests/test_training.py). Sampling with checkpointing off gives the
+    model's real distribution; training still checkpoints."""
+    from trl.models.utils import disable_gradient_checkpointing
+
+    with disable_gradient_checkpointing(model, gradient_checkpointing_kwargs):
+        yield
+
+
 def _timed_trainer_class():
     from trl import GRPOTrainer
 
@@ -259,7 +282,8 @@ def _timed_trainer_class():
 
         def _generate(self, prompts):
             start = time.perf_counter()
-            result = super()._generate(prompts)
+            with sampling_mode(self.model, self.args.gradient_checkpointing_kwargs):
+                result = super()._generate(prompts)
             self._metrics["train"]["time/generation_s"].append(time.perf_counter() - start)
             return result
 
@@ -303,6 +327,7 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     args = GRPOConfig(output_dir=str(out / "trainer"), max_steps=g.max_steps, per_device_train_batch_size=g.batch_size,
                       num_generations=g.num_generations, learning_rate=g.learning_rate,
                       max_completion_length=g.max_completion_length, temperature=g.temperature, top_k=g.top_k, beta=g.beta,
+                      gradient_checkpointing=g.gradient_checkpointing,
                       logging_steps=g.logging_steps, report_to="none", seed=config.seed, data_seed=config.seed,
                       save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
                       disable_tqdm=False, **_precision_flags(config))

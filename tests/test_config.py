@@ -4,7 +4,7 @@ import pytest
 from lib.config import ConfigError, available_profiles, load_config
 
 
-@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-full", "t4-qwen0.5b", "t4-qwen1.5b", "a100-qwen3b"])
+@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-full", "gpu-smollm2", "t4-qwen0.5b", "t4-qwen1.5b", "a100-qwen3b"])
 def test_every_profile_loads_and_validates(profile):
     assert profile in available_profiles()
     config = load_config(profile)
@@ -17,6 +17,16 @@ def test_hub_profiles_use_lora_and_tiny_profiles_do_not_need_a_hub():
     assert load_config("t4-qwen0.5b").model.sft_full_finetune is False
     assert load_config("t4-qwen0.5b").model.precision == "fp16"  # a T4 has no bf16
     assert load_config("cpu-smoke").model.name == "tiny"
+
+
+def test_the_real_model_profile_uses_the_embedded_model_in_auto_precision():
+    from lib.models import resolved_precision
+
+    config = load_config("gpu-smollm2")
+    assert config.model.name == "smollm2-135m-instruct" and config.model.precision == "auto"
+    assert resolved_precision(config.model) == "fp32"  # this machine has no GPU; bf16 or fp16 is chosen on one
+    with pytest.raises(ConfigError, match="model.precision"):
+        load_config("gpu-smollm2", {"model.precision": "fp8"})
 
 
 def test_unknown_key_is_named():

@@ -266,3 +266,48 @@ def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done
         open_run(run_id, "cpu-full", {}, output_root=root)
     with pytest.raises(ConfigError, match="OVERRIDES"):
         open_run(run_id, "", {"grpo.max_steps": 99}, output_root=root)
+
+
+def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_seed(done, monkeypatch):
+    import lib.evaluate as evaluate
+
+    config, run = done
+    model, tokenizer, source = evaluate.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
+    calls = []
+    real = evaluate.generate_actions
+
+    def spy(model, tokenizer, message_batches, **kwargs):
+        calls.append(len(message_batches))
+        return real(model, tokenizer, message_batches, **kwargs)
+
+    monkeypatch.setattr(evaluate, "generate_actions", spy)
+    seeds = range(10)
+    episodes, actions = evaluate.run_model_episodes(model, tokenizer, source, config.env, seeds, "holdout", batch_size=4,
+                                                    max_new_tokens=config.grpo.max_completion_length)
+    assert [e.seed for e in episodes] == list(seeds)
+    assert sum(calls) == len(actions) == sum(e.steps for e in episodes)  # one generate answer per action, none wasted
+    assert calls[0] == 4 and max(calls) == 4  # every live episode in one call, never more than batch_size
+    # refill: some call after the first serves an episode at its first step next to others further on
+    first_steps = [a for a in actions if a["step"] == 1]
+    assert len(first_steps) == len(seeds) and len(calls) < len(actions)
+    again, _ = evaluate.run_model_episodes(model, tokenizer, source, config.env, seeds, "holdout", batch_size=4,
+                                           max_new_tokens=config.grpo.max_completion_length)
+    assert [e.episode_return for e in again] == [e.episode_return for e in episodes]  # deterministic
+
+
+def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
+    from lib.bench_gpu import run_bench
+
+    report = run_bench("cpu-smoke", {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))},
+                       sft_steps=4, grpo_steps=2, eval_episodes=6, bare_batches=1, workdir=tmp_path)
+    assert report["sft"]["steps"] == 4 and report["sft"]["tokens_per_s"] > 0
+    assert report["sft"]["trainer_inputs"]["forwards"] >= 4 and 0 <= report["sft"]["trainer_inputs"]["padding_share"] < 1
+    assert report["bare_forward_backward"]["tokens_per_s"] > 0 and report["sft_stage_vs_bare_ratio"] > 0
+    grpo = report["grpo"]["median_after_first"]
+    assert report["grpo"]["steps"] == 2 and grpo["step_s"] >= grpo["generation_s"] > 0
+    assert report["evaluation"]["episodes"] == 6 and report["evaluation"]["episodes_per_s"] > 0
+    assert report["evaluation"]["generate_calls"] < report["evaluation"]["actions"]  # batched across episodes
+    assert set(report["peak_memory_mb"]) >= {"sft", "grpo", "evaluation"} and report["packages"]["trl"]
+    text = json.dumps(report)
+    assert str(tmp_path) not in text and "/home/" not in text and "/root" not in text
+    assert list(tmp_path.iterdir()) == []  # the scratch run is gone

@@ -272,3 +272,49 @@ def test_attack_suite_under_policy_continuation_still_holds(trained):
     results = attack_suite(config, seeds=range(2), policy={"model": model, "tokenizer": tokenizer})
     applied = {name: r for name, r in results.items() if r["states"]}
     assert len(applied) >= 15 and all(r["passed"] for r in applied.values())
+
+
+def _greedy_ids(model, tokenizer, messages, tokens=8):
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        return model.generate(**encoded, max_new_tokens=tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)[0].tolist()
+
+
+def test_grpo_samples_with_the_prompt_in_context(trained):
+    """TRL samples GRPO completions in training mode with gradient checkpointing on; transformers 5 then drops the KV
+    cache in every layer, so tokens after the first never see the prompt. `sampling_mode` must restore the model's
+    real (eval-mode) distribution, and the broken path must differ, or this test proves nothing."""
+    from peft import get_peft_model
+
+    from lib.models import lora_config
+    from lib.train import sampling_mode
+
+    config = _config()
+    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
+    model = get_peft_model(model, lora_config(config.model))
+    messages = PolyGuardEnv().render(PolyGuardEnv().reset(0, "holdout"))
+    model.eval()
+    reference = _greedy_ids(model, tokenizer, messages)
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert _greedy_ids(model, tokenizer, messages) != reference  # the bug this guards against
+    with sampling_mode(model):
+        assert _greedy_ids(model, tokenizer, messages) == reference
+    assert model.is_gradient_checkpointing and model.training  # training itself still checkpoints
+
+
+def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, monkeypatch):
+    from trl import GRPOTrainer
+
+    seen = []
+    real = GRPOTrainer._generate
+
+    def spy(self, prompts):
+        layers = [m for m in self.model.modules() if hasattr(m, "gradient_checkpointing") and "DecoderLayer" in type(m).__name__]
+        seen.append((self.args.gradient_checkpointing, any(layer.gradient_checkpointing for layer in layers)))
+        return real(self, prompts)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", spy)
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 1})
+    run_grpo(config, run)
+    assert seen and all(args_on and not layer_on for args_on, layer_on in seen)

@@ -103,6 +103,38 @@ def _bench_gpu(args) -> int:
     return 0
 
 
+def _probe_explore(args) -> int:
+    """Exploration on a fixed set of states (lib/explore.py:probe) for the run's SFT model or any model/adapter."""
+    from .explore import probe
+    from .io import atomic_write_json
+    from .runs import Run, read_config
+
+    config = read_config(args.run_dir)
+    run = Run(args.run_dir, config)
+    model = args.model or run.read_stage("sft")["outputs"]["model"]
+    report = probe(config, run, model, args.adapter, args.states, args.margin)
+    for part in ("all", "improvable"):
+        r = report[part]
+        if r["states"]:
+            print(f"{part:<11} {r['states']:4d} states: P(some of {report['group_size']} samples beats the reference) "
+                  f"{r['beats_reference']:.3f}, E[best - reference] {r['best_minus_reference']:+.3f}, candidate entropy "
+                  f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}")
+    for kind, r in report["improvable_by_best_kind"].items():
+        print(f"  best={kind:<10} {r['states']:4d} states: P(beats) {r['beats_reference']:.3f}, p(best) {r['p_best']:.4f}")
+    if args.out:
+        atomic_write_json(args.out, report)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _fork(args) -> int:
+    from .runs import fork_run
+
+    config, run = fork_run(args.base, args.run_dir, _parse_overrides(args.set))
+    print(f"forked {args.base} -> {run.dir} (shares corpus, baselines, sft); then: python -m lib stage grpo --run-dir {run.dir}")
+    return 0
+
+
 def _gate(args) -> int:
     from .gate import format_verdict, run_gate
 
@@ -177,7 +209,11 @@ def _quickcheck(args) -> int:
         print(f"{name:<10} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
     for name, d in report["paired"].items():
         print(f"{name:<15} {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+    gap = report["gap_closure"]
+    print(f"gap closure (GRPO - teacher) / (oracle - teacher): {gap['mean']:+.3f}  ci95 [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}]")
     print(f"GRPO mean frac_reward_zero_std: {report['grpo_frac_reward_zero_std_mean']}")
+    for key, value in report["grpo_explore"].items():
+        print(f"GRPO {key}: {value:.4f}")
     return 0
 
 
@@ -214,6 +250,21 @@ def main(argv=None) -> int:
     r.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
     r.set_defaults(func=_run)
+    f = verbs.add_parser("fork", help="a new run sharing a run's corpus and SFT model, with other grpo/eval/export "
+                         "settings: one change at a time, paired")
+    f.add_argument("base", type=Path)
+    f.add_argument("--run-dir", type=Path, required=True)
+    f.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="grpo.*, eval.*, export.*")
+    f.set_defaults(func=_fork)
+    p = verbs.add_parser("probe-explore", help="exploration on a fixed set of states: can the policy sample what "
+                         "beats the teacher? (any model folder or adapter)")
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--model", default=None, help="model folder (default: the run's SFT model)")
+    p.add_argument("--adapter", default=None, help="a LoRA adapter on top, e.g. outputs/<id>/grpo/adapter")
+    p.add_argument("--states", type=int, default=64, help="the first N of the run's GRPO prompts")
+    p.add_argument("--margin", type=float, default=0.05, help="improvable: some candidate beats the reference by this")
+    p.add_argument("--out", type=Path, default=None)
+    p.set_defaults(func=_probe_explore)
     g = verbs.add_parser("bench-gpu", help="benchmark: SFT tokens/s vs bare forward+backward, GRPO step split, "
                          "evaluation episodes/s, peak memory (one JSON)")
     g.add_argument("--profile", default="gpu-smollm2")

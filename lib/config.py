@@ -90,6 +90,16 @@ class GRPOStageConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
+    epsilon_high: float | None = Field(None, gt=0, description="TRL's clip-higher (DAPO uses 0.28): the upper "
+                                       "clip of the policy ratio, so rare good actions can gain faster; None: epsilon (0.2)")
+    entropy_coef: float = Field(0.0, ge=0, description="TRL's entropy bonus on the completion tokens (0: off)")
+    use_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy control: the bonus switches on "
+                                       "when the policy's token entropy falls below entropy_target")
+    entropy_target: float = Field(0.2, ge=0, description="token entropy (nats) that adaptive entropy control holds")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="TRL's advantage scaling: by the "
+                                                            "group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)")
+    log_candidate_entropy: bool = Field(True, description="log explore/candidate_entropy each step: the policy's "
+                                        "entropy over the candidate set at the step's states (one extra forward pass)")
     gradient_checkpointing: bool = Field(True, description="as sft.gradient_checkpointing; sampling always runs "
                                          "without it (lib/train.py: sampling_mode)")
     reference_policy: str = "heuristic"
@@ -200,3 +210,12 @@ def load_config(profile: str | Path = "cpu-smoke", overrides: dict[str, Any] | N
         return RunConfig.model_validate(data)
     except ValidationError as error:
         raise _explain(error, str(path) + (f" with overrides {overrides}" if overrides else "")) from None
+
+
+def override_config(config: RunConfig, overrides: dict[str, Any], source: str = "a run's config") -> RunConfig:
+    """`config` with dotted overrides applied and validated again (errors name every offending key)."""
+    data = _merge(config.model_dump(mode="json"), dotted_to_nested(overrides))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        raise _explain(error, f"{source} with overrides {overrides}") from None

@@ -24,7 +24,7 @@ from .io import atomic_write_json, atomic_write_text
 from .models import is_tiny, load_model, weights_sha256
 from .policies import BASELINES, TRIVIAL, make_policy
 from .rollouts import Episode
-from .stats import bootstrap_ci, paired_difference
+from .stats import bootstrap_ci, gap_closure, paired_difference
 
 MODEL_POLICIES = ("untrained", "sft", "grpo")
 PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
@@ -251,6 +251,9 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += _episode_records(name, episodes, actions)
         splits[split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns[split], resamples)}
+        if {"grpo", "heuristic", "oracle"} <= set(returns[split]):
+            r = returns[split]
+            splits[split]["gap_closure"] = gap_closure(r["grpo"], r["heuristic"], r["oracle"], resamples=resamples)
     from .ablations import run_ablations
 
     ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
@@ -289,7 +292,8 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
 
 def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
     """Closed-loop check after training: SFT and GRPO act at every step of `episodes` episodes, compared
-    paired-by-seed with random and the heuristic teacher. Writes quickcheck.json."""
+    paired-by-seed with random, the heuristic teacher and the oracle (gap closure), next to GRPO's exploration
+    record. Writes quickcheck.json (holdout) or quickcheck_<split>.json."""
     seeds = range(episodes)
     artifacts = model_artifacts(config, run)
     returns: dict[str, dict[int, float]] = {}
@@ -300,14 +304,17 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
                                   max_new_tokens=config.grpo.max_completion_length, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
-    for name in ("random", "heuristic"):
+    for name in ("random", "heuristic", "oracle"):
         runs = run_policy_episodes(config.env, name, seeds, split)
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
+    grpo = run.read_stage("grpo")["metrics"]
     report = {"split": split, "episodes": episodes, "policies": summary,
               "paired": {"grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
                          "sft-random": paired_difference(returns["sft"], returns["random"]),
                          "grpo-heuristic": paired_difference(returns["grpo"], returns["heuristic"])},
-              "grpo_frac_reward_zero_std_mean": run.read_stage("grpo")["metrics"]["frac_reward_zero_std_mean"]}
-    atomic_write_json(Path(run.dir) / "quickcheck.json", report)
+              "gap_closure": gap_closure(returns["grpo"], returns["heuristic"], returns["oracle"]),
+              "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
+              "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")}}
+    atomic_write_json(Path(run.dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"), report)
     return report

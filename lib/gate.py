@@ -2,7 +2,7 @@
 non-zero listing every failed check. Notebook 07_report runs it and shows the verdict; writes `gate.json`.
 
 Checks recompute what they can (weight shas, provenance of every evaluated action) instead of trusting the
-stage records. The `improved` check is the only one that depends on the training outcome.
+stage records. The `improved` and `beats_teacher` checks are the only ones that depend on the training outcome.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .io import atomic_write_json
 from .models import weights_sha256
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
-OUTCOME_CHECKS = ("improved",)  # depend on whether training worked, not on whether the run is honest
+OUTCOME_CHECKS = ("improved", "beats_teacher")  # depend on whether training worked, not on whether the run is honest
 
 
 class GateFailure(Exception):
@@ -91,10 +91,13 @@ def _anti_hacking(run_dir: Path) -> str:
 
 def _claim_honest(run_dir: Path) -> str:
     report = _read(run_dir, "evaluate/eval.json")
-    paired = report["splits"]["holdout"]["paired"]["grpo-sft"]
-    supported = paired["ci95"][0] > 0
-    _require(report["improved"] == supported, f"eval.json says improved={report['improved']} but GRPO-SFT CI is {paired['ci95']}")
-    return f"improved={report['improved']} matches GRPO-SFT paired CI {_ci(paired)}"
+    details = []
+    for claim, pair in (("improved", "grpo-sft"), ("beats_teacher", "grpo-heuristic")):
+        paired = report["splits"]["holdout"]["paired"][pair]
+        _require(report[claim] == (paired["ci95"][0] > 0),
+                 f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}")
+        details.append(f"{claim}={report[claim]} matches {pair} paired CI {_ci(paired)}")
+    return "; ".join(details)
 
 
 def _improved(run_dir: Path) -> str:
@@ -104,13 +107,20 @@ def _improved(run_dir: Path) -> str:
     return f"GRPO-SFT {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
 
 
+def _beats_teacher(run_dir: Path) -> str:
+    paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-heuristic"]
+    _require(paired["ci95"][0] > 0, f"does not beat the teacher: GRPO-teacher on holdout is {paired['mean']:+.3f}, "
+                                    f"paired 95% CI {_ci(paired)} does not lie above zero")
+    return f"GRPO-teacher {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
+
+
 def _ci(paired: dict) -> str:
     return "[{:+.3f}, {:+.3f}]".format(*paired["ci95"])
 
 
 CHECKS = {"backends_accepted": _backends, "grpo_artifact_ok": _grpo_artifact, "postsave_from_saved_artifact": _postsave,
           "every_action_has_provenance": _provenance, "anti_hacking_passed": _anti_hacking,
-          "improvement_claim_supported": _claim_honest, "improved": _improved}
+          "improvement_claim_supported": _claim_honest, "improved": _improved, "beats_teacher": _beats_teacher}
 
 
 def run_gate(run_dir: Path | str, write: bool = True) -> dict:
@@ -127,6 +137,7 @@ def run_gate(run_dir: Path | str, write: bool = True) -> dict:
     verdict = {"run_dir": str(run_dir), "passed": all(c.passed for c in checks),
                "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),
                "improved": next(c.passed for c in checks if c.name == "improved"),
+               "beats_teacher": next(c.passed for c in checks if c.name == "beats_teacher"),
                "checks": [asdict(c) for c in checks]}
     if write:
         atomic_write_json(run_dir / "gate.json", verdict)

@@ -103,6 +103,22 @@ def grpo_reward(run_dir: Path) -> Figure:
     return figure
 
 
+def exploration(run_dir: Path) -> Figure:
+    """Per GRPO step: how often some sample beat the teacher's own action at its state, by how much the best
+    sample beat it, and the policy's entropy over the candidate set (lib/explore.py)."""
+    rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
+    figure, axes = _figure(ncols=3, width=4.5)
+    panels = (("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
+              ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
+              ("explore/candidate_entropy", "Entropy over the candidate set", "nats"))
+    for ax, (key, title, ylabel) in zip(axes, panels):
+        kept = [r for r in rows if key in r]
+        ax.plot([r["step"] for r in kept], [r[key] for r in kept], marker="o" if len(kept) < 40 else None)
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+    axes[1].axhline(0, color="grey", linewidth=0.8)
+    return figure
+
+
 def reward_components(run_dir: Path) -> Figure:
     """Each weighted reward component's mean contribution per policy on holdout, stacked, with the mean return.
 
@@ -224,6 +240,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "baseline_bars": (baseline_bars, (BASELINES,)),
     "sft_loss": (sft_loss, (SFT_LOG,)),
     "grpo_reward": (grpo_reward, (GRPO_LOG,)),
+    "exploration": (exploration, (GRPO_LOG,)),
     "reward_components": (reward_components, (EPISODES,)),
     "per_seed_deltas": (per_seed_deltas, (EPISODES, EVAL)),
     "train_holdout_gap": (train_holdout_gap, (EVAL,)),

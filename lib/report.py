@@ -30,7 +30,9 @@ def headline(report: dict) -> str:
             f"GRPO - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
             f"**{'improved' if report['improved'] else 'not improved'}**. "
             f"GRPO - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
-            f"**{'beats the teacher' if report['beats_teacher'] else 'does not beat the teacher'}**.")
+            f"**{'beats the teacher' if report['beats_teacher'] else 'does not beat the teacher'}**."
+            + (f" Gap closure (GRPO - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
+               f"{_signed_ci(split['gap_closure']['ci95'])}." if "gap_closure" in split else ""))
 
 
 def policy_table(report: dict, split: str) -> pd.DataFrame:

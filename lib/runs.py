@@ -157,3 +157,41 @@ def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None,
         return config, Run(run_dir, config)
     config = load_config(profile or "cpu-smoke", overrides or {})
     return config, Run(run_dir or Path(output_root) / new_run_id(config.profile), config)
+
+
+FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base
+FORK_SECTIONS = ("grpo", "eval", "export")  # what a fork may change: nothing the shared stages depend on
+
+
+def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, Any]):
+    """A new run that shares the base run's corpus, baselines and SFT model (hard links, not copies) and differs
+    only in `overrides` to grpo.*, eval.* or export.*: the paired experiment, one change on the same states,
+    seeds and SFT weights. Returns (config, Run)."""
+    import shutil
+
+    from .config import ConfigError, override_config
+
+    base_dir, target_dir = Path(base_dir), Path(target_dir)
+    wrong = sorted(k for k in overrides if k.split(".")[0] not in FORK_SECTIONS)
+    if wrong:
+        raise ConfigError(f"a fork shares the base's {', '.join(FORK_STAGES)}; it can only change "
+                          f"{', '.join(s + '.*' for s in FORK_SECTIONS)}, not {wrong}")
+    if (target_dir / "manifest.json").exists():
+        raise FileExistsError(f"{target_dir} is already a run; fork into a new folder")
+    base = read_config(base_dir)
+    config = override_config(base, overrides, str(base_dir / "manifest.json"))
+    manifest = json.loads((base_dir / "manifest.json").read_text())
+    shared = [stage for stage in FORK_STAGES if (base_dir / stage / "stage.json").is_file()]
+    if "sft" not in shared:
+        raise FileNotFoundError(f"{base_dir} has no finished sft stage to fork from")
+    for stage in shared:
+        shutil.copytree(base_dir / stage, target_dir / stage, copy_function=os.link, dirs_exist_ok=True)
+        record = target_dir / stage / "stage.json"
+        record.unlink()  # a hard link: rewrite a new file, never the base's
+        text = (base_dir / stage / "stage.json").read_text().replace(str(base_dir), str(target_dir))
+        atomic_write_json(record, json.loads(text))
+    manifest.update(run_id=target_dir.name, config=config.model_dump(mode="json"), started=now(), ended=None,
+                    stages={k: v for k, v in manifest["stages"].items() if k in shared},
+                    forked_from={"run_id": base_dir.name, "overrides": overrides, "shared_stages": shared})
+    atomic_write_json(target_dir / "manifest.json", manifest)
+    return config, Run(target_dir, config)

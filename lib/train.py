@@ -22,6 +22,7 @@ from .config import RunConfig
 from .corpus import read_jsonl
 from .embedded import source_record
 from .envs import make_env
+from .explore import group_metrics, policy_candidate_distribution
 from .models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from .policies import make_policy
 from .rollouts import action_returns, policy_continuation
@@ -206,7 +207,30 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     envs = []
     blocklist = [b.lower() for b in g.blocklist]
 
-    def environment_reward(prompts, completions, seed, split, history, log_metric=None, log_extra=None, **_):
+    explore_env = make_env(config.env)
+
+    def log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric) -> None:
+        """explore/* metrics (lib/explore.py): did some sample beat the reference's own action at its state, and
+        how spread is the policy over the candidate set there."""
+        if reference_return is None or log_metric is None:
+            return
+        for name, value in group_metrics(rewards, list(reference_return), g.num_generations).items():
+            log_metric(name, value)
+        if not g.log_candidate_entropy or policy is None or "model" not in policy:
+            return
+        model, tokenizer = policy["model"], policy["tokenizer"]
+        was_training = model.training
+        model.eval()
+        try:
+            spreads = [policy_candidate_distribution(model, tokenizer, prompt, explore_env.restore(s, sp, json.loads(h)))
+                       for prompt, s, sp, h in list(zip(prompts, seed, split, history))[::g.num_generations]]
+        finally:
+            model.train(was_training)
+        log_metric("explore/candidate_entropy", sum(d["entropy"] for d in spreads) / len(spreads))
+        log_metric("explore/candidate_mass", sum(d["mass"] for d in spreads) / len(spreads))
+
+    def environment_reward(prompts, completions, seed, split, history, reference_return=None, log_metric=None,
+                           log_extra=None, **_):
         rewards, invalid, blocked, exploits = [], 0, 0, 0
         rules: dict[str, int] = {}
         components_sum: dict[str, float] = {}
@@ -240,6 +264,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
                 log_metric(f"env/component/{name}", total / n)
             for name in ANTI_CHEAT_RULES:
                 log_metric(f"env/anti_cheat/{name}", rules.get(name, 0) / n)
+        log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric)
         return rewards
 
     return environment_reward
@@ -255,8 +280,9 @@ def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Datase
     if too_long:
         raise PromptTooLongError(f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
                                  f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts")
-    return Dataset.from_list([{"prompt": r["prompt"], "seed": r["seed"], "split": r["split"],
-                               "history": json.dumps(r["history"])} for r in rows])
+    return Dataset.from_list([{"prompt": r["prompt"], "seed": r["seed"], "split": r["split"], "history": json.dumps(r["history"]),
+                               **({"reference_return": r["reference_return"]} if "reference_return" in r else {})}
+                              for r in rows])
 
 
 @contextmanager
@@ -301,6 +327,17 @@ def _timed_trainer_class():
     return TimedGRPOTrainer
 
 
+def _explore_summary(history: list[dict]) -> dict:
+    """Mean of each explore/* metric over the whole run and over its first quarter (where exploration must start)."""
+    summary = {}
+    for key in sorted({k for h in history for k in h if k.startswith("explore/")}):
+        values = [h[key] for h in history if key in h]
+        quarter = values[: max(1, len(values) // 4)]
+        summary[f"{key}_mean"] = sum(values) / len(values)
+        summary[f"{key}_first_quarter"] = sum(quarter) / len(quarter)
+    return summary
+
+
 def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=(), *,
              base_model: str | None = None, stage: str = "grpo") -> dict:
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
@@ -327,7 +364,9 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     args = GRPOConfig(output_dir=str(out / "trainer"), max_steps=g.max_steps, per_device_train_batch_size=g.batch_size,
                       num_generations=g.num_generations, learning_rate=g.learning_rate,
                       max_completion_length=g.max_completion_length, temperature=g.temperature, top_k=g.top_k, beta=g.beta,
-                      gradient_checkpointing=g.gradient_checkpointing,
+                      gradient_checkpointing=g.gradient_checkpointing, epsilon_high=g.epsilon_high,
+                      entropy_coef=g.entropy_coef, use_adaptive_entropy=g.use_adaptive_entropy,
+                      entropy_target=g.entropy_target, scale_rewards=g.scale_rewards,
                       logging_steps=g.logging_steps, report_to="none", seed=config.seed, data_seed=config.seed,
                       save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
                       disable_tqdm=False, **_precision_flags(config))
@@ -362,4 +401,5 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
                                    "reward_last": history[-1]["reward"] if history else None,
                                    "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
                                    "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
+                                   **_explore_summary(history),
                                    "adapter_sha256": weights_sha256(adapter_dir), "resumed_from": resume_from})

@@ -97,3 +97,13 @@ def test_a_run_keeps_its_config_and_tolerates_fields_added_since(tmp_path):
     del manifest["config"]["corpus"]["grpo_improvable_margin"]  # as written by code older than that field
     (tmp_path / "r" / "manifest.json").write_text(json.dumps(manifest))
     assert Run(tmp_path / "r", config).config == config
+
+
+def test_exploration_options_validate_and_bad_values_are_named():
+    config = load_config("cpu-full", {"grpo.epsilon_high": 0.28, "grpo.entropy_coef": 0.01, "grpo.scale_rewards": "batch",
+                                      "grpo.use_adaptive_entropy": True, "grpo.entropy_target": 0.5})
+    assert (config.grpo.epsilon_high, config.grpo.entropy_coef, config.grpo.scale_rewards) == (0.28, 0.01, "batch")
+    assert load_config("cpu-full").grpo.epsilon_high is None  # TRL's default: symmetric clipping
+    with pytest.raises(ConfigError) as error:
+        load_config("cpu-full", {"grpo.epsilon_high": -1, "grpo.entropy_coef": -0.1, "grpo.scale_rewards": "sometimes"})
+    assert all(key in str(error.value) for key in ("grpo.epsilon_high", "grpo.entropy_coef", "grpo.scale_rewards"))

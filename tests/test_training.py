@@ -318,3 +318,41 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 1})
     run_grpo(config, run)
     assert seen and all(args_on and not layer_on for args_on, layer_on in seen)
+
+
+def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tmp_path):
+    from lib.config import ConfigError
+    from lib.runs import fork_run
+
+    with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, not \['sft.epochs'\]"):
+        fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
+    config, run = fork_run(trained.dir, tmp_path / "fork", {"grpo.max_steps": 2, "grpo.temperature": 1.3})
+    assert config.grpo.temperature == 1.3 and config.sft == trained.config.sft
+    sft = run.read_stage("sft")
+    assert sft["outputs"]["model"].startswith(str(run.dir))  # the fork's own paths, not the base's
+    assert (Path(sft["outputs"]["model"]) / "model.safetensors").samefile(
+        Path(trained.read_stage("sft")["outputs"]["model"]) / "model.safetensors")  # a hard link, not a copy
+    assert json.loads((run.dir / "manifest.json").read_text())["forked_from"]["overrides"] == {
+        "grpo.max_steps": 2, "grpo.temperature": 1.3}
+    with pytest.raises(FileExistsError):
+        fork_run(trained.dir, tmp_path / "fork", {})
+    record = run_grpo(config, run)
+    logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if "explore/beats_reference" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert 0 <= r["explore/beats_reference"] <= 1 and r["explore/candidate_entropy"] >= 0
+        assert 0 < r["explore/candidate_mass"] <= 1
+    assert 0 <= record["metrics"]["explore/beats_reference_first_quarter"] <= 1
+    assert trained.read_stage("sft")["outputs"]["model"].startswith(str(trained.dir))  # the base is untouched
+
+
+def test_exploration_metrics_count_only_groups_that_beat_the_reference():
+    from lib.explore import group_metrics
+
+    below = group_metrics([0.1, 0.2, 0.3, 0.4], [0.5] * 4, 2)
+    assert below["explore/beats_reference"] == 0 and below["explore/best_minus_reference"] < 0
+    tie = group_metrics([0.5, 0.5], [0.5, 0.5], 2)
+    assert tie["explore/beats_reference"] == 0  # matching the teacher is not beating it
+    with pytest.raises(ValueError, match="groups of 4"):
+        group_metrics([0.1] * 6, [0.5] * 6, 4)

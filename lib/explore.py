@@ -1,0 +1,152 @@
+"""Exploration, measured: can GRPO sample what beats the teacher?
+
+Used every GRPO step by the reward function (lib/train.py), which logs
+- `explore/beats_reference`: the share of groups in which some sample scores above the reference policy's own
+  action at that state (the corpus row's `reference_return`, scored the same way);
+- `explore/best_minus_reference`: the mean over groups of the best sample's return minus that reference return;
+- `explore/candidate_entropy`: the policy's entropy over the state's candidate set (each candidate's complete
+  answer scored by the model, renormalised over the candidates), and `explore/candidate_mass`, the probability
+  the policy puts on the candidates at all (the rest is invalid output);
+and by `python -m lib probe-explore`, which reports the same numbers for any model folder or adapter on a
+fixed set of states.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .envs.base import format_action
+
+
+@torch.no_grad()
+def candidate_logprobs(model, tokenizer, messages: list[dict], answers: list[str]) -> list[float]:
+    """log p(answer, then end of turn | prompt) for each answer, in one batched forward pass."""
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    tails = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
+    width = len(prompt_ids) + max(len(t) for t in tails)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(answers), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(answers), width), dtype=torch.long)
+    for row, tail in enumerate(tails):
+        sequence = prompt_ids + tail
+        ids[row, :len(sequence)] = torch.tensor(sequence)
+        mask[row, :len(sequence)] = 1
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    logprobs = logits[:, :-1].log_softmax(-1)
+    start = len(prompt_ids)
+    totals = []
+    for row, tail in enumerate(tails):
+        targets = torch.tensor(tail, device=device)
+        positions = torch.arange(start - 1, start - 1 + len(tail), device=device)
+        totals.append(float(logprobs[row, positions, targets].sum()))
+    return totals
+
+
+def candidate_distribution(logprobs: list[float]) -> dict:
+    """Entropy (nats) of the policy renormalised over the candidates, and the mass it puts on them at all.
+
+    >>> d = candidate_distribution([math.log(0.25), math.log(0.25)])
+    >>> round(d["entropy"], 4), round(d["mass"], 4)
+    (0.6931, 0.5)
+    """
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = sum(weights)
+    probs = [w / total for w in weights]
+    return {"entropy": -sum(p * math.log(p) for p in probs if p > 0), "mass": min(1.0, total * math.exp(top)),
+            "probs": probs}
+
+
+def policy_candidate_distribution(model, tokenizer, messages: list[dict], observation) -> dict:
+    """The policy's distribution over this observation's candidates (see `candidate_distribution`), keyed by answer."""
+    answers = [format_action(c.id) for c in observation.candidates]
+    distribution = candidate_distribution(candidate_logprobs(model, tokenizer, messages, answers))
+    distribution["by_answer"] = dict(zip(answers, distribution.pop("probs")))
+    return distribution
+
+
+def group_metrics(rewards: list[float], reference_returns: list[float], group_size: int, tolerance: float = 1e-9) -> dict:
+    """Per-step exploration metrics over consecutive groups of `group_size` samples (TRL keeps each prompt's
+    samples together), each group compared with the reference policy's return at its state.
+
+    >>> group_metrics([0.2, 0.9, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], 2)
+    {'explore/beats_reference': 0.5, 'explore/best_minus_reference': 0.2, 'explore/mean_minus_reference': 0.025}
+    """
+    if len(rewards) % group_size:
+        raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
+    beats, best_gap, mean_gap = [], [], []
+    for start in range(0, len(rewards), group_size):
+        group, reference = rewards[start:start + group_size], reference_returns[start]
+        beats.append(max(group) > reference + tolerance)
+        best_gap.append(max(group) - reference)
+        mean_gap.append(sum(group) / group_size - reference)
+    n = len(beats)
+    return {"explore/beats_reference": sum(beats) / n, "explore/best_minus_reference": round(sum(best_gap) / n, 6),
+            "explore/mean_minus_reference": round(sum(mean_gap) / n, 6)}
+
+
+def expected_group_metrics(distribution: dict[str, float], returns: dict[str, float], reference: float,
+                           invalid_score: float, group_size: int) -> dict:
+    """What `group_metrics` expects for one state when `group_size` answers are sampled from `distribution`
+    (answer -> probability; the missing mass is invalid output, scored `invalid_score`): the chance that some
+    sample beats `reference`, and the expected best sample minus `reference`. Exact, no sampling noise.
+
+    >>> m = expected_group_metrics({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0}, 0.5, -0.1, 2)
+    >>> m["beats_reference"], m["best_minus_reference"]
+    (0.75, 0.25)
+    """
+    mass: dict[float, float] = {invalid_score: max(0.0, 1.0 - sum(distribution.values()))}
+    for answer, p in distribution.items():
+        mass[returns[answer]] = mass.get(returns[answer], 0.0) + p
+    beats = sum(p for value, p in mass.items() if value > reference + 1e-9)
+    expected_best, below = 0.0, 0.0
+    for value in sorted(mass):
+        expected_best += value * ((below + mass[value]) ** group_size - below ** group_size)
+        below += mass[value]
+    return {"beats_reference": 1 - (1 - beats) ** group_size, "best_minus_reference": expected_best - reference}
+
+
+def probe(config, run, model_dir: str, adapter: str | None = None, states: int = 64, margin: float = 0.05) -> dict:
+    """`python -m lib probe-explore`: on the first `states` GRPO prompts of the run, the policy's distribution
+    over the candidates (entropy, mass on candidates, probability of a best action) and the exploration
+    metrics GRPO would log there with `grpo.num_generations` samples, in expectation. Split into all states and
+    the improvable ones (some candidate beats the reference's own choice by `margin`)."""
+    from .corpus import read_jsonl
+    from .envs import make_env
+    from .evaluate import load_policy_model
+    from .policies import make_policy
+    from .rollouts import candidate_returns
+
+    model, tokenizer, source = load_policy_model(model_dir, config.model, adapter)
+    env = make_env(config.env)
+    rows = read_jsonl(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"])[:states]
+    per_state = []
+    for row in rows:
+        observation = env.restore(row["seed"], row["split"], row["history"])
+        returns = candidate_returns(env, row["seed"], row["split"], row["history"], observation,
+                                    make_policy(config.grpo.reference_policy))
+        spread = policy_candidate_distribution(model, tokenizer, row["prompt"], observation)
+        best = max(returns.values())
+        reference = row["reference_return"]
+        absolute = {answer: p * spread["mass"] for answer, p in spread["by_answer"].items()}
+        expected = expected_group_metrics(absolute, returns, reference, env.invalid_penalty, config.grpo.num_generations)
+        best_answer = max(returns, key=returns.get)
+        per_state.append({"improvable": best - reference >= margin, "entropy": spread["entropy"], "mass": spread["mass"],
+                          "p_best": sum(p for a, p in absolute.items() if returns[a] == best),
+                          "best_kind": best_answer.split('"')[3].split(":")[0], **expected})
+
+    def summary(items):
+        if not items:
+            return {"states": 0}
+        mean = lambda key: round(sum(i[key] for i in items) / len(items), 4)  # noqa: E731
+        return {"states": len(items), **{k: mean(k) for k in ("beats_reference", "best_minus_reference", "entropy",
+                                                              "mass", "p_best")}}
+
+    kinds = sorted({s["best_kind"] for s in per_state if s["improvable"]})
+    return {"model": source, "group_size": config.grpo.num_generations, "margin": margin,
+            "all": summary(per_state), "improvable": summary([s for s in per_state if s["improvable"]]),
+            "improvable_by_best_kind": {k: summary([s for s in per_state if s["improvable"] and s["best_kind"] == k])
+                                        for k in kinds}}

@@ -127,6 +127,20 @@ def _probe_explore(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    """Forks of one base, each quickchecked on the same seeds: every variant's GRPO minus the first run's GRPO,
+    paired by seed, as a markdown table (the ablation table)."""
+    from .explore import ablation_table
+
+    table = ablation_table(args.runs, args.split)
+    print(table)
+    if args.out:
+        from .io import atomic_write_text
+
+        atomic_write_text(args.out, table + "\n")
+    return 0
+
+
 def _fork(args) -> int:
     from .runs import fork_run
 
@@ -256,6 +270,11 @@ def main(argv=None) -> int:
     f.add_argument("--run-dir", type=Path, required=True)
     f.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="grpo.*, eval.*, export.*")
     f.set_defaults(func=_fork)
+    c = verbs.add_parser("compare", help="ablation table: forks' GRPO returns paired by seed against the first run's")
+    c.add_argument("runs", nargs="+", type=Path, help="the reference run first, then its variants (forks of one base)")
+    c.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    c.add_argument("--out", type=Path, default=None)
+    c.set_defaults(func=_compare)
     p = verbs.add_parser("probe-explore", help="exploration on a fixed set of states: can the policy sample what "
                          "beats the teacher? (any model folder or adapter)")
     p.add_argument("--run-dir", type=Path, required=True)

@@ -98,6 +98,12 @@ class GRPOStageConfig(Strict):
     entropy_target: float = Field(0.2, ge=0, description="token entropy (nats) that adaptive entropy control holds")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="TRL's advantage scaling: by the "
                                                             "group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)")
+    group_sampling: Literal["iid", "cover_candidates"] = Field(
+        "iid", description="iid: every completion of a group is sampled from the policy (plain GRPO); "
+        "cover_candidates: the last cover_share of each group are candidate answers the group did not sample "
+        "(guided exploration through TRL's rollout_func; not i.i.d. sampling, and reported as such)")
+    cover_share: float = Field(0.25, gt=0, lt=1, description="cover_candidates: share of each group replaced by "
+                               "unsampled candidate answers")
     log_candidate_entropy: bool = Field(True, description="log explore/candidate_entropy each step: the policy's "
                                         "entropy over the candidate set at the step's states (one extra forward pass)")
     gradient_checkpointing: bool = Field(True, description="as sft.gradient_checkpointing; sampling always runs "

@@ -315,6 +315,7 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
                          "grpo-heuristic": paired_difference(returns["grpo"], returns["heuristic"])},
               "gap_closure": gap_closure(returns["grpo"], returns["heuristic"], returns["oracle"]),
               "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
-              "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")}}
+              "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
+              "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()}}
     atomic_write_json(Path(run.dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"), report)
     return report

@@ -68,9 +68,12 @@ def policy_candidate_distribution(model, tokenizer, messages: list[dict], observ
     return distribution
 
 
-def group_metrics(rewards: list[float], reference_returns: list[float], group_size: int, tolerance: float = 1e-9) -> dict:
+def group_metrics(rewards: list[float], reference_returns: list[float], group_size: int, tolerance: float = 1e-9,
+                  sampled: int | None = None) -> dict:
     """Per-step exploration metrics over consecutive groups of `group_size` samples (TRL keeps each prompt's
-    samples together), each group compared with the reference policy's return at its state.
+    samples together), each group compared with the reference policy's return at its state. With `sampled`, only
+    the first `sampled` completions of each group count (the rest were injected by `candidate_cover_rollout`,
+    not sampled from the policy).
 
     >>> group_metrics([0.2, 0.9, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], 2)
     {'explore/beats_reference': 0.5, 'explore/best_minus_reference': 0.2, 'explore/mean_minus_reference': 0.025}
@@ -79,10 +82,10 @@ def group_metrics(rewards: list[float], reference_returns: list[float], group_si
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     beats, best_gap, mean_gap = [], [], []
     for start in range(0, len(rewards), group_size):
-        group, reference = rewards[start:start + group_size], reference_returns[start]
+        group, reference = rewards[start:start + (sampled or group_size)], reference_returns[start]
         beats.append(max(group) > reference + tolerance)
         best_gap.append(max(group) - reference)
-        mean_gap.append(sum(group) / group_size - reference)
+        mean_gap.append(sum(group) / len(group) - reference)
     n = len(beats)
     return {"explore/beats_reference": sum(beats) / n, "explore/best_minus_reference": round(sum(best_gap) / n, 6),
             "explore/mean_minus_reference": round(sum(mean_gap) / n, 6)}
@@ -150,3 +153,83 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
             "all": summary(per_state), "improvable": summary([s for s in per_state if s["improvable"]]),
             "improvable_by_best_kind": {k: summary([s for s in per_state if s["improvable"] and s["best_kind"] == k])
                                         for k in kinds}}
+
+
+def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, cover: int, seed: int):
+    """A TRL `rollout_func` whose groups cover the candidate set on purpose (`grpo.group_sampling: cover_candidates`).
+
+    Each group's first `group_size - cover` completions are sampled from the policy as usual; the last `cover` are
+    candidate answers the group did not already sample, drawn uniformly without replacement from the state's
+    candidates. So a group is NOT i.i.d. sampling from the policy: it is guided exploration, which lets GRPO score
+    actions the policy would almost never sample (the report says so, next to a plain-sampling ablation). The
+    injected answers are scored by the same environment reward as every other completion."""
+    import json
+    import random
+
+    from .envs import make_env
+
+    by_prompt = {json.dumps(r["prompt"], sort_keys=True): r for r in rows}
+    env = make_env(env_name)
+    rng = random.Random(seed)
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+                      for p in prompts]
+        completion_ids, _ = trainer._generate_single_turn(prompt_ids, None, {}, group_size)
+        completion_ids = [list(ids) for ids in completion_ids]
+        injected = 0
+        for start in range(0, len(prompts), group_size):
+            row = by_prompt[json.dumps(prompts[start], sort_keys=True)]
+            observation = env.restore(row["seed"], row["split"], row["history"])
+            sampled = {tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in completion_ids[start:start + group_size - cover]}
+            unseen = [format_action(c.id) for c in observation.candidates if format_action(c.id) not in sampled]
+            for offset, answer in enumerate(rng.sample(unseen, min(cover, len(unseen)))):
+                index = start + group_size - cover + offset
+                completion_ids[index] = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                injected += 1
+        trainer._metrics["train"]["explore/injected_share"].append(injected / len(prompts))
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+    return rollout
+
+
+def ablation_table(runs: list, split: str = "holdout") -> str:
+    """Markdown: for each run (forks of one base, quickchecked on the same seeds) its overrides, GRPO's mean return,
+    GRPO - SFT and GRPO - teacher with their paired CIs, the mean frac_reward_zero_std and explore/beats_reference
+    over the first quarter, and its GRPO minus the first run's GRPO, paired by seed."""
+    import json
+    from pathlib import Path
+
+    from .stats import paired_difference
+
+    def load(run):
+        run = Path(run)
+        name = "quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"
+        path = run / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: run `python -m lib quickcheck --run-dir {run} --episodes N"
+                                    f"{'' if split == 'holdout' else ' --split ' + split}` first")
+        quick = json.loads(path.read_text())
+        if "returns" not in quick:
+            raise ValueError(f"{path} has no per-seed returns (made by an older quickcheck); run it again")
+        manifest = json.loads((run / "manifest.json").read_text())
+        grpo = json.loads((run / "grpo" / "stage.json").read_text())["metrics"]
+        return quick, manifest.get("forked_from", {}).get("overrides", {}), grpo
+
+    def ci(d):
+        return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+
+    loaded = [load(r) for r in runs]
+    reference = {int(k): v for k, v in loaded[0][0]["returns"]["grpo"].items()}
+    lines = ["| run | change | GRPO | GRPO - SFT | GRPO - teacher | zero-std | beats ref. (1st quarter) | GRPO - first run's GRPO |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for run, (quick, overrides, grpo) in zip(runs, loaded):
+        returns = {int(k): v for k, v in quick["returns"]["grpo"].items()}
+        change = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(base recipe)"
+        versus = "reference" if run == runs[0] else ci(paired_difference(returns, reference))
+        lines.append(f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
+                     f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-heuristic'])} | "
+                     f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
+                     f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |")
+    return "\n".join(lines)

@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .io import atomic_write_json
-from .models import weights_sha256
+from .io import atomic_write_json, sha256_file, weights_sha256
+from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
 OUTCOME_CHECKS = ("improved", "beats_teacher")  # depend on whether training worked, not on whether the run is honest
@@ -37,7 +37,29 @@ def _read(run_dir: Path, relative: str) -> dict:
     path = run_dir / relative
     if not path.exists():
         raise FileNotFoundError(f"missing {relative}")
-    return json.loads(path.read_text())
+    if relative.endswith("/stage.json"):  # its paths are relative to the run folder, wherever that now is
+        return read_stage_record(run_dir, relative.split("/")[0])
+    return read_json_record(path, relative)
+
+
+def _manifest(run_dir: Path) -> str:
+    """manifest.json exists, parses, holds a valid config, lists every stage with the status its record has, and
+    its corpus hashes are the corpus files' own."""
+    path = run_dir / "manifest.json"
+    manifest = read_json_record(path, "the run's manifest")
+    config = manifest_config(manifest, path)
+    recorded = manifest.get("stages")
+    _require(isinstance(recorded, dict), f"{path}: no 'stages' recorded")
+    on_disk = {p.parent.name: read_json_record(p, "stage record").get("status") for p in sorted(run_dir.glob("*/stage.json"))}
+    _require(set(on_disk) <= set(recorded), f"{path}: stages {sorted(set(on_disk) - set(recorded))} ran but are not recorded")
+    mismatched = {k: (recorded[k].get("status"), v) for k, v in on_disk.items() if recorded[k].get("status") != v}
+    _require(not mismatched, f"{path}: stage status in manifest vs stage.json differ: {mismatched}")
+    missing = sorted(set(recorded) - set(on_disk))
+    _require(not missing, f"{path}: stages {missing} are recorded but their stage.json is missing")
+    for name, digest in (manifest.get("corpus_hashes") or {}).items():
+        actual = sha256_file(run_dir / "corpus" / name) if (run_dir / "corpus" / name).is_file() else "missing"
+        _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
+    return f"profile {config.profile}, {len(recorded)} stages recorded and on disk, corpus hashes match"
 
 
 def _backends(run_dir: Path) -> str:
@@ -118,7 +140,7 @@ def _ci(paired: dict) -> str:
     return "[{:+.3f}, {:+.3f}]".format(*paired["ci95"])
 
 
-CHECKS = {"backends_accepted": _backends, "grpo_artifact_ok": _grpo_artifact, "postsave_from_saved_artifact": _postsave,
+CHECKS = {"manifest_valid": _manifest, "backends_accepted": _backends, "grpo_artifact_ok": _grpo_artifact, "postsave_from_saved_artifact": _postsave,
           "every_action_has_provenance": _provenance, "anti_hacking_passed": _anti_hacking,
           "improvement_claim_supported": _claim_honest, "improved": _improved, "beats_teacher": _beats_teacher}
 
@@ -132,7 +154,7 @@ def run_gate(run_dir: Path | str, write: bool = True) -> dict:
             checks.append(Check(name, True, check(run_dir)))
         except GateFailure as failure:
             checks.append(Check(name, False, str(failure)))
-        except (FileNotFoundError, KeyError, RuntimeError, ValueError) as error:
+        except (FileNotFoundError, KeyError, RuntimeError, ValueError, DamagedRunError) as error:
             checks.append(Check(name, False, f"{type(error).__name__}: {error}"))
     verdict = {"run_dir": str(run_dir), "passed": all(c.passed for c in checks),
                "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),

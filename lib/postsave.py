@@ -17,6 +17,7 @@ import numpy as np
 
 from .io import atomic_write_json
 from .models import weights_sha256
+from .runs import read_stage_record
 
 ARTIFACT_ORDER = ("grpo", "merged", "sft")  # what `activate` picks when no artifact is named
 
@@ -78,17 +79,15 @@ def artifact_paths(run_dir: Path) -> dict[str, dict]:
     """The run's loadable artifacts that exist: {name: {"path", "base"?}}."""
     run_dir = Path(run_dir)
     found = {}
-    grpo = run_dir / "grpo" / "stage.json"
-    if grpo.exists():
-        record = json.loads(grpo.read_text())
-        if record.get("status") == "ok":
-            found["grpo"] = {"path": record["outputs"]["adapter"], "base": record["outputs"]["base_model"]}
-    export = run_dir / "export" / "stage.json"
-    if export.exists() and json.loads(export.read_text()).get("status") == "ok":
-        found["merged"] = {"path": json.loads(export.read_text())["outputs"]["merged"]}
-    sft = run_dir / "sft" / "stage.json"
-    if sft.exists() and json.loads(sft.read_text()).get("status") == "ok":
-        found["sft"] = {"path": json.loads(sft.read_text())["outputs"]["model"]}
+    records = {stage: read_stage_record(run_dir, stage) for stage in ("grpo", "export", "sft")
+               if (run_dir / stage / "stage.json").exists()}
+    records = {stage: r for stage, r in records.items() if r.get("status") == "ok"}
+    if "grpo" in records:
+        found["grpo"] = {"path": records["grpo"]["outputs"]["adapter"], "base": records["grpo"]["outputs"]["base_model"]}
+    if "export" in records:
+        found["merged"] = {"path": records["export"]["outputs"]["merged"]}
+    if "sft" in records:
+        found["sft"] = {"path": records["sft"]["outputs"]["model"]}
     return found
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from .io import atomic_write_text
+from .runs import read_json_record
 
 
 def _ci(values) -> str:
@@ -70,7 +71,7 @@ def headline_table(run_dir: Path) -> pd.DataFrame:
 def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
     """Write report.md from eval.json, the anti-hacking report, post-save results, the charts and the gate verdict."""
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_json_record(run_dir / "manifest.json", "the run's manifest")
     report = json.loads((run_dir / "evaluate" / "eval.json").read_text())
     anti = json.loads((run_dir / "evaluate" / "anti_hacking_report.json").read_text())
     postsave = json.loads((run_dir / "postsave" / "postsave_inference.json").read_text())

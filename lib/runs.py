@@ -53,11 +53,24 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
         return {"sha": None, "dirty": None}
 
 
+def cpu_model() -> str:
+    """The CPU's model name and widest vector extension: CPU results are bit-for-bit reproducible only on the same
+    kind of CPU (float rounding follows the SIMD path), so a run records which one it had."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    widest = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+    return f"{name} ({widest})"
+
+
 def hardware() -> dict[str, Any]:
     import torch
 
     info = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "cuda": torch.cuda.is_available()}
+            "cpu": cpu_model(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():  # pragma: no cover - CUDA only
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
@@ -74,6 +87,58 @@ def package_versions(names=PACKAGES) -> dict[str, str | None]:
     return versions
 
 
+class DamagedRunError(ValueError):
+    """A run folder's manifest.json or stage.json is missing, empty, truncated or inconsistent; names the file."""
+
+
+RUN_RELATIVE = "./"  # a stage record's path inside its own run folder: "./sft/model" (hub ids never start so)
+
+
+def to_run_relative(value, run_dir: Path):
+    """Paths inside `run_dir` become "./<relative>", so a copied or moved run still points at its own files;
+    anything else (hub ids, numbers, paths elsewhere) is kept. Applied to a stage record's inputs and outputs."""
+    if isinstance(value, dict):
+        return {k: to_run_relative(v, run_dir) for k, v in value.items()}
+    if isinstance(value, (str, Path)) and not str(value).startswith(RUN_RELATIVE):
+        try:
+            return RUN_RELATIVE + Path(value).resolve().relative_to(Path(run_dir).resolve()).as_posix()
+        except (ValueError, OSError):
+            return str(value) if isinstance(value, Path) else value
+    return value
+
+
+def resolve_run_paths(value, run_dir: Path):
+    """The inverse of `to_run_relative`: "./x" -> <run_dir>/x, wherever the run folder now is."""
+    if isinstance(value, dict):
+        return {k: resolve_run_paths(v, run_dir) for k, v in value.items()}
+    if isinstance(value, str) and value.startswith(RUN_RELATIVE):
+        return str(Path(run_dir) / value[len(RUN_RELATIVE):])
+    return value
+
+
+def read_json_record(path: Path, what: str) -> dict:
+    """A JSON object the workbook wrote, or DamagedRunError naming the file and what is wrong with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DamagedRunError(f"{path}: missing ({what})")
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise DamagedRunError(f"{path}: empty ({what})")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DamagedRunError(f"{path}: not valid JSON, truncated or damaged ({what}): {error}") from None
+    if not isinstance(record, dict):
+        raise DamagedRunError(f"{path}: expected a JSON object ({what})")
+    return record
+
+
+def read_stage_record(run_dir: Path | str, stage: str) -> dict:
+    """<run>/<stage>/stage.json with its run-relative paths resolved against the run folder."""
+    run_dir = Path(run_dir)
+    return resolve_run_paths(read_json_record(run_dir / stage / "stage.json", f"the {stage} stage record"), run_dir)
+
+
 class Run:
     """A run folder. Creating one writes manifest.json; stages record themselves with `stage_done`."""
 
@@ -81,18 +146,17 @@ class Run:
         self.dir = Path(run_dir)
         self.config = config
         self.dir.mkdir(parents=True, exist_ok=True)
-        manifest = self.manifest()
+        manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
         if not manifest:
             manifest = {"run_id": self.dir.name, "config": config.model_dump(mode="json"), "git": git_state(),
                         "packages": package_versions(), "hardware": hardware(), "started": now(), "ended": None,
                         "corpus_hashes": {}, "stages": {}}
             atomic_write_json(self.dir / "manifest.json", manifest)
-        elif RunConfig.model_validate(manifest["config"]) != config:  # a field added since, at its default, is the same config
+        elif manifest_config(manifest, self.dir / "manifest.json") != config:  # a field added since, at its default, is the same config
             raise ValueError(f"{self.dir} was made with a different config; use a new --run-dir or the same profile")
 
     def manifest(self) -> dict:
-        path = self.dir / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return read_json_record(self.dir / "manifest.json", "the run's manifest")
 
     def update_manifest(self, **fields) -> None:
         manifest = self.manifest()
@@ -110,17 +174,19 @@ class Run:
             handle.write(json.dumps(record) + "\n")
 
     def read_stage(self, stage: str) -> dict:
+        """The stage's record, its run-relative paths resolved against this run folder."""
         path = self.dir / stage / "stage.json"
         if not path.exists():
             raise FileNotFoundError(f"stage {stage!r} has not run in {self.dir} (missing {path})")
-        record = json.loads(path.read_text())
+        record = read_stage_record(self.dir, stage)
         if record.get("status") != "ok":
             raise RuntimeError(f"stage {stage!r} in {self.dir} did not finish ok: {record.get('status')}")
         return record
 
     def stage_done(self, stage: str, *, started: float, params: dict, inputs: dict, outputs: dict, metrics: dict,
                    status: str = "ok") -> dict:
-        record = {"stage": stage, "status": status, "params": params, "inputs": inputs, "outputs": outputs,
+        record = {"stage": stage, "status": status, "params": params, "inputs": to_run_relative(inputs, self.dir),
+                  "outputs": to_run_relative(outputs, self.dir),
                   "metrics": metrics, "duration_s": round(time.time() - started, 2), "finished": now()}
         atomic_write_json(self.stage_dir(stage) / "stage.json", record)
         manifest = self.manifest()
@@ -128,15 +194,28 @@ class Run:
         manifest["ended"] = now()
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
-        return record
+        return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
+
+
+def manifest_config(manifest: dict, path: Path) -> RunConfig:
+    """The RunConfig a manifest records, or DamagedRunError naming the manifest."""
+    from pydantic import ValidationError
+
+    if "config" not in manifest:
+        raise DamagedRunError(f"{path}: no 'config' recorded (damaged manifest)")
+    try:
+        return RunConfig.model_validate(manifest["config"])
+    except ValidationError as error:
+        raise DamagedRunError(f"{path}: the recorded config does not validate: {error.errors()[0]['loc']}: "
+                              f"{error.errors()[0]['msg']}") from None
 
 
 def read_config(run_dir: Path | str) -> RunConfig:
-    """The config a run was made with, from its manifest.json."""
+    """The config a run was made with, from its manifest.json (a damaged manifest is a DamagedRunError naming it)."""
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run folder (missing {path})")
-    return RunConfig.model_validate(json.loads(path.read_text())["config"])
+    return manifest_config(read_json_record(path, "the run's manifest"), path)
 
 
 def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None, output_root: str = "outputs"):
@@ -160,7 +239,7 @@ def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None,
 
 
 FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base
-FORK_SECTIONS = ("grpo", "eval", "export")  # what a fork may change: nothing the shared stages depend on
+FORK_SECTIONS = ("grpo.", "eval.", "export.", "corpus.grpo_")  # what a fork may change: nothing SFT depends on
 
 
 def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, Any]):
@@ -172,26 +251,39 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
     from .config import ConfigError, override_config
 
     base_dir, target_dir = Path(base_dir), Path(target_dir)
-    wrong = sorted(k for k in overrides if k.split(".")[0] not in FORK_SECTIONS)
+    wrong = sorted(k for k in overrides if not k.startswith(FORK_SECTIONS))
     if wrong:
-        raise ConfigError(f"a fork shares the base's {', '.join(FORK_STAGES)}; it can only change "
-                          f"{', '.join(s + '.*' for s in FORK_SECTIONS)}, not {wrong}")
+        raise ConfigError(f"a fork shares the base's SFT model; it can only change "
+                          f"{', '.join(s + '*' for s in FORK_SECTIONS)}, not {wrong}")
     if (target_dir / "manifest.json").exists():
         raise FileExistsError(f"{target_dir} is already a run; fork into a new folder")
     base = read_config(base_dir)
     config = override_config(base, overrides, str(base_dir / "manifest.json"))
-    manifest = json.loads((base_dir / "manifest.json").read_text())
+    manifest = read_json_record(base_dir / "manifest.json", "the base run's manifest")
     shared = [stage for stage in FORK_STAGES if (base_dir / stage / "stage.json").is_file()]
     if "sft" not in shared:
         raise FileNotFoundError(f"{base_dir} has no finished sft stage to fork from")
+    new_prompts = any(k.startswith("corpus.") for k in overrides)
+    if new_prompts:  # other GRPO prompts: the corpus is made again, and its SFT rows must be the base's
+        shared.remove("corpus")
     for stage in shared:
         shutil.copytree(base_dir / stage, target_dir / stage, copy_function=os.link, dirs_exist_ok=True)
         record = target_dir / stage / "stage.json"
         record.unlink()  # a hard link: rewrite a new file, never the base's
         text = (base_dir / stage / "stage.json").read_text().replace(str(base_dir), str(target_dir))
-        atomic_write_json(record, json.loads(text))
+        atomic_write_json(record, json.loads(text))  # run-relative paths need nothing; older absolute ones are moved
     manifest.update(run_id=target_dir.name, config=config.model_dump(mode="json"), started=now(), ended=None,
                     stages={k: v for k, v in manifest["stages"].items() if k in shared},
                     forked_from={"run_id": base_dir.name, "overrides": overrides, "shared_stages": shared})
     atomic_write_json(target_dir / "manifest.json", manifest)
-    return config, Run(target_dir, config)
+    run = Run(target_dir, config)
+    if new_prompts:
+        from .corpus import run_corpus
+
+        run_corpus(config, run)
+        made, base_sft = run.manifest()["corpus_hashes"]["sft.jsonl"], manifest["corpus_hashes"]["sft.jsonl"]
+        if made != base_sft:
+            shutil.rmtree(target_dir)
+            raise ConfigError(f"these corpus overrides changed the SFT rows (sft.jsonl {made[:12]} != {base_sft[:12]}), "
+                              "so the base's SFT model does not belong to them; fork removed")
+    return config, run

@@ -22,7 +22,7 @@ from .config import RunConfig
 from .corpus import read_jsonl
 from .embedded import source_record
 from .envs import make_env
-from .explore import group_metrics, policy_candidate_distribution
+from .explore import candidate_cover_rollout, group_metrics, policy_candidate_distribution
 from .models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from .policies import make_policy
 from .rollouts import action_returns, policy_continuation
@@ -214,8 +214,13 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
         how spread is the policy over the candidate set there."""
         if reference_return is None or log_metric is None:
             return
-        for name, value in group_metrics(rewards, list(reference_return), g.num_generations).items():
-            log_metric(name, value)
+        injected = max(1, round(g.cover_share * g.num_generations)) if g.group_sampling == "cover_candidates" else 0
+        for name, value in group_metrics(rewards, list(reference_return), g.num_generations,
+                                         sampled=g.num_generations - injected).items():
+            log_metric(name, value)  # the policy's own samples only
+        if injected:
+            log_metric("explore/beats_reference_with_injected",
+                       group_metrics(rewards, list(reference_return), g.num_generations)["explore/beats_reference"])
         if not g.log_candidate_entropy or policy is None or "model" not in policy:
             return
         model, tokenizer = policy["model"], policy["tokenizer"]
@@ -372,8 +377,12 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
                       disable_tqdm=False, **_precision_flags(config))
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
+    rollout = None
+    if g.group_sampling == "cover_candidates":
+        cover = max(1, round(g.cover_share * g.num_generations))
+        rollout = candidate_cover_rollout(rows, config.env, g.num_generations, cover, config.seed)
     trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl", policy), args=args,
-                                     train_dataset=dataset, processing_class=tokenizer, peft_config=peft,
+                                     train_dataset=dataset, processing_class=tokenizer, peft_config=peft, rollout_func=rollout,
                                      callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
     policy["model"] = trainer.model
     run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)

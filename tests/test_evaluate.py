@@ -30,7 +30,7 @@ def _perturb_adapter(run):
     """Micro GRPO barely moves LoRA B from zero; give the adapter real weights so the merge check is not vacuous."""
     record_path = run.dir / "grpo" / "stage.json"
     record = json.loads(record_path.read_text())
-    weights_path = Path(record["outputs"]["adapter"]) / "adapter_model.safetensors"
+    weights_path = Path(run.read_stage("grpo")["outputs"]["adapter"]) / "adapter_model.safetensors"
     generator = torch.Generator().manual_seed(0)
     weights = {k: (torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v) for k, v in load_file(weights_path).items()}
     save_file(weights, weights_path)
@@ -311,3 +311,65 @@ def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
     text = json.dumps(report)
     assert str(tmp_path) not in text and "/home/" not in text and "/root" not in text
     assert list(tmp_path.iterdir()) == []  # the scratch run is gone
+
+
+def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_at_the_old_path(done, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from lib.gate import OUTCOME_CHECKS, run_gate
+
+    config, run = done
+    stage = json.loads((run.dir / "grpo" / "stage.json").read_text())
+    assert stage["outputs"]["adapter"] == "./grpo/adapter"  # recorded relative to the run folder itself
+    moved = tmp_path / "elsewhere" / "moved-run"
+    shutil.copytree(run.dir, moved)
+    before = {c["name"]: c["passed"] for c in run_gate(run.dir, write=False)["checks"]}
+    # a decoy with the original's name where the run used to be, holding a different adapter
+    decoy = tmp_path / "decoy"
+    shutil.copytree(run.dir, decoy / run.dir.name)
+    adapter = decoy / run.dir.name / "grpo" / "adapter" / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:-8] + b"\x00" * 8)
+    monkeypatch.chdir(decoy)
+    after = {c["name"]: c["passed"] for c in run_gate(moved, write=False)["checks"]}
+    assert after == before and all(passed for name, passed in after.items() if name not in OUTCOME_CHECKS)
+    other = tmp_path / "cwd2"
+    other.mkdir()
+    cli = subprocess.run([sys.executable, "-m", "lib", "gate", str(moved)], capture_output=True, text=True, cwd=other,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert "[ok] grpo_artifact_ok" in cli.stdout and "[ok] postsave_from_saved_artifact" in cli.stdout, cli.stdout + cli.stderr
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "no config", "stage dropped"])
+def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(done, tmp_path, damage):
+    import subprocess
+    import sys
+
+    from lib.gate import run_gate
+    from lib.runs import DamagedRunError, read_config
+
+    config, run = done
+    copy = tmp_path / "run"
+    shutil.copytree(run.dir, copy)
+    path = copy / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if damage == "empty":
+        path.write_text("")
+    elif damage == "truncated":
+        path.write_text(path.read_text()[: len(path.read_text()) // 2])
+    elif damage == "no config":
+        path.write_text(json.dumps({k: v for k, v in manifest.items() if k != "config"}))
+    else:
+        manifest["stages"].pop("sft")
+        path.write_text(json.dumps(manifest))
+    verdict = run_gate(copy, write=False)
+    manifest_check = next(c for c in verdict["checks"] if c["name"] == "manifest_valid")
+    assert not manifest_check["passed"] and not verdict["integrity_passed"]
+    assert str(path) in manifest_check["detail"] or damage == "stage dropped"
+    if damage != "stage dropped":
+        with pytest.raises(DamagedRunError, match=str(path)):
+            read_config(copy)
+        cli = subprocess.run([sys.executable, "-m", "lib", "quickcheck", "--run-dir", str(copy), "--episodes", "2"],
+                             capture_output=True, text=True)
+        assert cli.returncode == 2 and "DamagedRunError" in cli.stderr and str(path) in cli.stderr
+        assert "Traceback" not in cli.stderr

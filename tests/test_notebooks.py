@@ -108,7 +108,7 @@ def test_one_run_runner_end_to_end_on_cpu_smoke():
         executed = _load(run_dir / stage / f"{stage}.ipynb")
         errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert not errors, (stage, errors)
-    assert len(list((run_dir / "charts").glob("*.png"))) == 9
+    assert len(list((run_dir / "charts").glob("*.png"))) == 10
     planted = run_dir.with_name(run_id + "-planted")  # planting a fallback in a copy makes the gate fail
     shutil.rmtree(planted, ignore_errors=True)
     shutil.copytree(run_dir, planted)

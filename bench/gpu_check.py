@@ -149,10 +149,10 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from lib.corpus import read_jsonl
+    from lib.training.corpus import read_jsonl
     from lib.models import train_tokenizer
     from lib.runs import read_config
-    from lib.train import _kb_text
+    from lib.training.train import _kb_text
 
     began = time.perf_counter()
     config = read_config(run_dir)

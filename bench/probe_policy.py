@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lib.config import ModelConfig  # noqa: E402
 from lib.envs.polyguard.env import PolyGuardEnv  # noqa: E402
-from lib.evaluate import generate_actions, load_policy_model  # noqa: E402
+from lib.evaluation.evaluate import generate_actions, load_policy_model  # noqa: E402
 from lib.policies import HeuristicPolicy  # noqa: E402
-from lib.rollouts import run_episode  # noqa: E402
+from lib.episodes import run_episode  # noqa: E402
 
 KINDS = ("finish", "stop", "substitute", "reduce", "monitor", "gather", "review")
 

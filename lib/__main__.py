@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _baselines(args) -> int:
-    from .baselines import format_table, run_baselines, write_report
+    from .evaluation.baselines import format_table, run_baselines, write_report
 
     report = run_baselines(args.env, args.split, args.episodes, args.seed, args.policies)
     print(format_table(report))
@@ -44,12 +44,18 @@ def _config_for(args):
 def _stage(args) -> int:
     from .runs import Run, new_run_id
 
-    from .stages import run_stage
+    from .pipeline.stages import run_stage
 
     config = _config_for(args)
     run_dir = args.run_dir or Path(config.output_root) / new_run_id(config.profile)
     run = Run(run_dir, config)
     record = run_stage(args.stage, config, run, resume_from=args.resume_from)
+    if args.stage == "report":
+        from .reporting.gate import format_verdict
+
+        print(format_verdict(record["verdict"]))
+        print(f"report: {record['report']}")
+        return 0
     shown = {k: v for k, v in record["metrics"].items() if not isinstance(v, (list, dict))}
     print(f"stage {args.stage} {record['status']} in {record['duration_s']}s -> {run.dir}: {shown}")
     return 0
@@ -88,7 +94,7 @@ def _bench_train(args) -> int:
 
 def _bench_gpu(args) -> int:
     """Where a profile's time goes on this machine's accelerator (lib/bench_gpu.py); writes one JSON."""
-    from .bench_gpu import run_bench
+    from .pipeline.bench_gpu import run_bench
     from .io import atomic_write_json
 
     report = run_bench(args.profile, _parse_overrides(args.set), sft_steps=args.sft_steps, grpo_steps=args.grpo_steps,
@@ -105,7 +111,7 @@ def _bench_gpu(args) -> int:
 
 def _probe_explore(args) -> int:
     """Exploration on a fixed set of states (lib/explore.py:probe) for the run's SFT model or any model/adapter."""
-    from .explore import probe
+    from .training.explore import probe
     from .io import atomic_write_json
     from .runs import Run, read_config
 
@@ -130,7 +136,7 @@ def _probe_explore(args) -> int:
 def _compare(args) -> int:
     """Forks of one base, each quickchecked on the same seeds: every variant's GRPO minus the first run's GRPO,
     paired by seed, as a markdown table (the ablation table)."""
-    from .explore import ablation_table
+    from .training.explore import ablation_table
 
     table = ablation_table(args.runs, args.split)
     print(table)
@@ -142,7 +148,7 @@ def _compare(args) -> int:
 
 
 def _fork(args) -> int:
-    from .runs import fork_run
+    from .pipeline.fork import fork_run
 
     config, run = fork_run(args.base, args.run_dir, _parse_overrides(args.set))
     print(f"forked {args.base} -> {run.dir} (shares corpus, baselines, sft); then: python -m lib stage grpo --run-dir {run.dir}")
@@ -150,7 +156,7 @@ def _fork(args) -> int:
 
 
 def _gate(args) -> int:
-    from .gate import format_verdict, run_gate
+    from .reporting.gate import format_verdict, run_gate
 
     verdict = run_gate(args.run_dir)
     print(format_verdict(verdict))
@@ -162,7 +168,7 @@ def _run(args) -> int:
     import papermill
 
     from .config import load_config
-    from .runner import REPO, check_parameters, plan
+    from .pipeline.runner import REPO, check_parameters, plan
     from .runs import new_run_id
 
     overrides = _parse_overrides(args.set)
@@ -183,7 +189,7 @@ def _run(args) -> int:
         return 1
     gate = target.parent / "gate.json"
     if gate.exists():
-        from .gate import format_verdict
+        from .reporting.gate import format_verdict
         from .io import read_json
 
         print(format_verdict(read_json(gate)))
@@ -192,7 +198,7 @@ def _run(args) -> int:
 
 
 def _activate(args) -> int:
-    from .postsave import activate
+    from .pipeline.postsave import activate
 
     record = activate(args.run_dir, args.artifact)
     print(f"active model: {record['artifact']} {record['path']} (sha256 {record['sha256'][:12]}) -> {Path(args.run_dir).parent / 'active_model.json'}")
@@ -200,21 +206,21 @@ def _activate(args) -> int:
 
 
 def _model_outputs(args) -> int:
-    from .export import model_outputs_worker
+    from .pipeline.export import model_outputs_worker
 
     model_outputs_worker(args.run_dir, args.model_dir, args.prompts, args.out)
     return 0
 
 
 def _postsave_worker(args) -> int:
-    from .postsave import postsave_worker
+    from .pipeline.postsave import postsave_worker
 
     postsave_worker(args.run_dir, args.model_dir, args.episodes, args.out)
     return 0
 
 
 def _quickcheck(args) -> int:
-    from .evaluate import quick_check
+    from .evaluation.evaluate import quick_check
     from .runs import Run, read_config
 
     config = read_config(args.run_dir)
@@ -232,12 +238,13 @@ def _quickcheck(args) -> int:
 
 
 def main(argv=None) -> int:
-    from .stages import STAGES
+    from .envs import builtin_names
+    from .pipeline.stages import STAGE_NAMES
 
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
     verbs = parser.add_subparsers(dest="verb", required=True)
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
-    b.add_argument("--env", default="polyguard")
+    b.add_argument("--env", required=True, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
     b.add_argument("--split", default="holdout", choices=["train", "holdout", "holdout_novel"])
     b.add_argument("--episodes", type=int, default=500)
     b.add_argument("--seed", type=int, default=0)
@@ -245,7 +252,7 @@ def main(argv=None) -> int:
     b.add_argument("--out", type=Path, default=None)
     b.set_defaults(func=_baselines)
     s = verbs.add_parser("stage", help="run one training stage headless (also under accelerate launch / torchrun)")
-    s.add_argument("stage", choices=STAGES)
+    s.add_argument("stage", choices=STAGE_NAMES)
     s.add_argument("--profile", default=None, help="profile name or yaml path (default: the run's own config, else cpu-smoke)")
     s.add_argument("--run-dir", type=Path, default=None)
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -18,14 +18,15 @@ class Strict(BaseModel):
 
 
 class CorpusConfig(Strict):
-    sft_episodes: int = Field(ge=1, description="heuristic-teacher episodes on train seeds for SFT")
+    sft_episodes: int = Field(ge=1, description="teacher episodes on train seeds for SFT")
     sft_noise: float = Field(0.0, ge=0.0, lt=1.0, description="DART: chance a random action replaces the teacher's "
                              "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)")
     sft_label: Literal["teacher", "executed"] = Field(
         "teacher", description="label of a noisy step's row: the teacher's action (DART), or the action executed "
         "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)")
     grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
-    grpo_rollout_policies: list[str] = ["heuristic", "evidence_expert", "random"]
+    grpo_rollout_policies: list[str] | None = Field(None, description="whose rollouts GRPO states come from; "
+                                                    "unset: the environment's rollout_policies")
     grpo_improvable_share: float = Field(0.0, ge=0.0, le=1.0, description="share of GRPO prompts drawn from states "
                                          "where some candidate beats the reference policy's own choice")
     grpo_improvable_margin: float = Field(0.05, ge=0.05, description="by how much some candidate's return must "
@@ -33,8 +34,9 @@ class CorpusConfig(Strict):
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
     hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
     hf_instruction_rows: int = Field(200, ge=1)
-    label_augmentation: bool = False  # openFDA drug-label text, cached on disk
-    label_cache_dir: str = "outputs/.label_cache"
+    extras: list[str] = Field([], description="optional extra corpus text the environment offers by name "
+                              "(EnvSpec.corpus_extras), written to corpus/extra_<name>.jsonl")
+    extras_cache_dir: str = "outputs/.extras_cache"
     expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
 
 
@@ -108,7 +110,8 @@ class GRPOStageConfig(Strict):
                                         "entropy over the candidate set at the step's states (one extra forward pass)")
     gradient_checkpointing: bool = Field(True, description="as sft.gradient_checkpointing; sampling always runs "
                                          "without it (lib/train.py: sampling_mode)")
-    reference_policy: str = "heuristic"
+    reference_policy: str | None = Field(None, description="who finishes episodes in the GRPO reward "
+                                         "(continuation: reference); unset: the environment's teacher")
     continuation: Literal["reference", "policy"] = Field(
         "reference", description="who finishes the episode after the sampled action: the reference policy, or the "
         "policy being trained (greedy, batched), so the reward is this policy's own return from that state")
@@ -147,7 +150,7 @@ class ExportConfig(Strict):
 
 class RunConfig(Strict):
     profile: str
-    env: Literal["polyguard"] = "polyguard"
+    env: str = Field(description="an environment package under lib/envs/ or a dotted module path defining SPEC")
     seed: int = 0
     deterministic: bool = True
     output_root: str = "outputs"
@@ -157,6 +160,38 @@ class RunConfig(Strict):
     grpo: GRPOStageConfig
     eval: EvalConfig
     export: ExportConfig = ExportConfig()
+
+    @property
+    def reference_policy(self) -> str:
+        """The policy that finishes episodes in the GRPO reward: grpo.reference_policy, else the env's teacher."""
+        from .envs import get_spec
+
+        return self.grpo.reference_policy or get_spec(self.env).teacher
+
+    @field_validator("env")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from .envs import get_spec
+
+        get_spec(name)  # raises, listing the known environments
+        return name
+
+    @model_validator(mode="after")
+    def _known_to_the_environment(self):
+        """The environment exists, and every policy and corpus extra the config names is one it defines."""
+        from .envs import get_spec
+
+        spec = get_spec(self.env)
+        named = {"grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
+                 "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or []}
+        for key, names in named.items():
+            unknown = sorted(set(names) - set(spec.policies))
+            if unknown:
+                raise ValueError(f"{key}: {unknown} are not policies of {self.env!r} (it has {sorted(spec.policies)})")
+        unknown = sorted(set(self.corpus.extras) - set(spec.corpus_extras))
+        if unknown:
+            raise ValueError(f"corpus.extras: {unknown} are not extras of {self.env!r} (it has {sorted(spec.corpus_extras)})")
+        return self
 
 
 class ConfigError(ValueError):

@@ -5,8 +5,10 @@ import sys
 
 import pytest
 
-from lib.baselines import run_baselines
-from lib.policies import TRIVIAL
+from lib.evaluation.baselines import run_baselines
+from lib.envs.polyguard import SPEC
+
+TRIVIAL = SPEC.trivial
 
 
 @pytest.fixture(scope="module", params=["holdout", "holdout_novel"])

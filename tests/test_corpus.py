@@ -4,7 +4,9 @@ import json
 import pytest
 
 from lib.config import load_config
-from lib.corpus import CorpusHashError, _optional_label_augmentation, read_jsonl, run_corpus
+from lib.envs.polyguard import SPEC
+from lib.envs.polyguard.extras import drug_labels
+from lib.training.corpus import CorpusHashError, read_jsonl, run_corpus
 from lib.envs.base import SEEDS_PER_SPLIT
 from lib.envs.polyguard.env import PolyGuardEnv, render
 from lib.runs import Run
@@ -67,29 +69,30 @@ def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, 
 
 def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
     config = load_config("cpu-smoke", {**MICRO, "corpus.hf_instruction_dataset": "nobody/does-not-exist",
-                                       "corpus.label_augmentation": True, "corpus.label_cache_dir": str(tmp_path / "cache")})
+                                       "corpus.extras": ["drug_labels"], "corpus.extras_cache_dir": str(tmp_path / "cache")})
     run = Run(tmp_path / "extras", config)
-    texts, status = _optional_label_augmentation(config, ["warfarin"], url="http://127.0.0.1:9/{drug}")
+    texts, status = drug_labels(config, ["warfarin"], url="http://127.0.0.1:9/{drug}")
     assert texts == [] and status.startswith("skipped: drug-label API unreachable")
     record = run_corpus(config, run)
     extras = run.manifest()["corpus_extras"]
     assert extras["hf_instruction_data"].startswith("skipped: could not load 'nobody/does-not-exist'")
-    assert extras["label_augmentation"].startswith("skipped:")
+    assert extras["drug_labels"].startswith("skipped:")
     assert record["metrics"]["extras"] == extras
     printed = capsys.readouterr().out
-    assert "corpus extra hf_instruction_data: skipped" in printed and "corpus extra label_augmentation: skipped" in printed
+    assert "corpus extra hf_instruction_data: skipped" in printed and "corpus extra drug_labels: skipped" in printed
 
 
 def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_teachers():
     import random
 
-    from lib.corpus import sft_rows
-    from lib.policies import make_policy
+    from lib.training.corpus import sft_rows
+    from lib.envs.polyguard import SPEC
+    make_policy = SPEC.make_policy
 
     env, teacher = PolyGuardEnv(), make_policy("heuristic")
-    clean = sft_rows(env, range(20), noise=0.0)
+    clean = sft_rows(SPEC, env, range(20), noise=0.0)
     assert all(r["executed"] == r["completion"][0]["content"] for r in clean)
-    noisy = sft_rows(env, range(20), noise=0.3, rng=random.Random(0))
+    noisy = sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0))
     off_path = [r for r in noisy if r["executed"] != r["completion"][0]["content"]]
     assert off_path and len(off_path) < len(noisy)
     assert not any('"finish"' in r["executed"] or '"review"' in r["executed"] for r in off_path)
@@ -98,17 +101,17 @@ def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_
         obs = state.restore(r["seed"], "train", r["history"])
         assert render(obs) == r["prompt"]
         assert teacher.act(obs, state) == r["completion"][0]["content"]
-    assert sft_rows(env, range(20), noise=0.3, rng=random.Random(0)) == noisy
+    assert sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0)) == noisy
 
 
 def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():
     import random
 
-    from lib.corpus import sft_rows
+    from lib.training.corpus import sft_rows
 
     env = PolyGuardEnv()
-    teacher = sft_rows(env, range(20), noise=0.3, rng=random.Random(0))
-    executed = sft_rows(env, range(20), noise=0.3, rng=random.Random(0), label="executed")
+    teacher = sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0))
+    executed = sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0), label="executed")
     # same episodes, same states; only the label of a noisy step changes, to the action actually taken
     assert [r["prompt"] for r in executed] == [r["prompt"] for r in teacher]
     assert all(r["completion"][0]["content"] == r["executed"] for r in executed)
@@ -118,16 +121,17 @@ def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():
     kinds = {json.loads(r["executed"])["action"].split(":")[0] for r in changed}
     assert {"stop", "monitor"} <= kinds  # kinds of action the heuristic itself never or rarely takes get labels
     with pytest.raises(ValueError, match="unknown SFT label 'random'"):
-        sft_rows(env, range(2), label="random")
+        sft_rows(SPEC, env, range(2), label="random")
 
 
 def test_improvable_share_draws_states_where_the_reference_is_beaten():
     import random
 
-    from lib.corpus import INFORMATIVE_SPREAD, grpo_rows
+    from lib.training.corpus import INFORMATIVE_SPREAD, grpo_rows
     from lib.envs.base import format_action
-    from lib.policies import make_policy
-    from lib.rollouts import action_return
+    from lib.envs.polyguard import SPEC
+    make_policy = SPEC.make_policy
+    from lib.episodes import action_return
 
     env = PolyGuardEnv()
     policies = ["heuristic", "evidence_expert", "random"]
@@ -135,8 +139,8 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
     def improvable(rows):
         return [r for r in rows if r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD]
 
-    plain, _ = grpo_rows(env, range(200, 215), policies, 30, "heuristic", random.Random(0))
-    rows, stats = grpo_rows(env, range(200, 215), policies, 30, "heuristic", random.Random(0), improvable_share=0.6)
+    plain, _ = grpo_rows(SPEC, env, range(200, 215), policies, 30, "heuristic", random.Random(0))
+    rows, stats = grpo_rows(SPEC, env, range(200, 215), policies, 30, "heuristic", random.Random(0), improvable_share=0.6)
     assert len(rows) == 30 and stats["improvable_kept"] == len(improvable(rows)) >= 18
     assert len(improvable(plain)) < 18
     heuristic = make_policy("heuristic")
@@ -154,15 +158,15 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
 def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much():
     import random
 
-    from lib.corpus import grpo_rows
+    from lib.training.corpus import grpo_rows
 
     env = PolyGuardEnv()
     policies = ["heuristic", "evidence_expert", "random"]
-    rows, stats = grpo_rows(env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5,
+    rows, stats = grpo_rows(SPEC, env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5,
                             improvable_margin=0.2)
     gains = [r["best_return"] - r["reference_return"] for r in rows]
     assert stats["improvable_kept"] == sum(g >= 0.2 for g in gains) == 15  # the quota is filled with big losses only
-    loose, _ = grpo_rows(env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5)
+    loose, _ = grpo_rows(SPEC, env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5)
     assert sum(r["best_return"] - r["reference_return"] >= 0.2 for r in loose) < 15  # 0.05 lets small gains in
     with pytest.raises(ValueError, match="grpo_improvable_margin"):
         load_config("cpu-smoke", {"corpus.grpo_improvable_margin": 0.01})

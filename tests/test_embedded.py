@@ -12,12 +12,12 @@ import torch
 
 from lib import embedded
 from lib.config import load_config
-from lib.corpus import run_corpus
+from lib.training.corpus import run_corpus
 from lib.embedded import EMBEDDED, EmbeddedModelError, ensure_converted, gguf_path, verify_gguf
 from lib.io import weights_sha256
 from lib.models import load_model
 from lib.runs import Run
-from lib.train import run_grpo, run_sft
+from lib.training.train import run_grpo, run_sft
 
 NAME = "smollm2-135m-instruct"
 SPEC = EMBEDDED[NAME]

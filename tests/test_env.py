@@ -8,8 +8,9 @@ import pytest
 from lib.envs.base import format_action
 from lib.envs.polyguard.env import PolyGuardEnv, render
 from lib.envs.polyguard.reward import INVALID_PENALTY, WEIGHTS
-from lib.policies import make_policy
-from lib.rollouts import run_episode
+from lib.envs.polyguard import SPEC
+make_policy = SPEC.make_policy
+from lib.episodes import run_episode
 
 
 def _pick(obs, kind, *args):

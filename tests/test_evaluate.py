@@ -8,16 +8,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lib import antihack
+from lib.evaluation import antihack
 from lib.config import load_config
-from lib.corpus import run_corpus
+from lib.training.corpus import run_corpus
 from lib.envs.base import format_action
-from lib.evaluate import ProvenanceError, check_provenance, run_evaluate
-from lib.export import ExportExistsError, compare_outputs, merge_adapter, run_export
+from lib.evaluation.evaluate import ProvenanceError, check_provenance, run_evaluate
+from lib.pipeline.export import ExportExistsError, compare_outputs, merge_adapter, run_export
 from lib.models import weights_sha256
-from lib.postsave import PostsaveError, activate, load_active, run_postsave
+from lib.pipeline.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.runs import Run
-from lib.train import run_grpo, run_sft
+from lib.training.train import run_grpo, run_sft
 
 MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8,
          "grpo.max_steps": 2, "grpo.batch_size": 8, "grpo.num_generations": 4, "eval.episodes": 6, "eval.train_episodes": 4,
@@ -62,7 +62,7 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
     assert set(report["splits"]) == {"holdout", "holdout_novel", "train"}
     for split in report["splits"].values():
         assert set(split["policies"]) == {"untrained", "sft", "grpo", *BASELINES}
-        assert set(split["paired"]) == {"grpo-sft", "grpo-heuristic", "sft-heuristic"}
+        assert set(split["paired"]) == {"grpo-sft", "grpo-teacher", "sft-teacher"}
         for summary in split["policies"].values():
             lo, hi = summary["ci95"]
             assert lo <= summary["mean_return"] <= hi
@@ -100,7 +100,7 @@ def test_a_planted_fallback_or_a_missing_source_fails_the_provenance_check(done)
 
 
 def test_evaluation_fails_loudly_when_an_action_loses_its_source(done, monkeypatch, tmp_path):
-    import lib.evaluate as evaluate
+    import lib.evaluation.evaluate as evaluate
 
     config, run = done
     real = evaluate.run_model_episodes
@@ -228,7 +228,7 @@ def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path
     import subprocess
     import sys
 
-    from lib.gate import OUTCOME_CHECKS, run_gate
+    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     verdict = run_gate(run.dir, write=False)
@@ -269,7 +269,7 @@ def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done
 
 
 def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_seed(done, monkeypatch):
-    import lib.evaluate as evaluate
+    import lib.evaluation.evaluate as evaluate
 
     config, run = done
     model, tokenizer, source = evaluate.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
@@ -296,7 +296,7 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
 
 
 def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
-    from lib.bench_gpu import run_bench
+    from lib.pipeline.bench_gpu import run_bench
 
     report = run_bench("cpu-smoke", {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))},
                        sft_steps=4, grpo_steps=2, eval_episodes=6, bare_batches=1, workdir=tmp_path)
@@ -317,7 +317,7 @@ def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_a
     import subprocess
     import sys
 
-    from lib.gate import OUTCOME_CHECKS, run_gate
+    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     stage = json.loads((run.dir / "grpo" / "stage.json").read_text())
@@ -345,7 +345,7 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     import subprocess
     import sys
 
-    from lib.gate import run_gate
+    from lib.reporting.gate import run_gate
     from lib.runs import DamagedRunError, read_config
 
     config, run = done

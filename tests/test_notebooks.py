@@ -10,7 +10,10 @@ import nbformat
 import papermill
 import pytest
 
-from lib.runner import NOTEBOOKS, REPO, STAGE_NOTEBOOKS, StageFailed, UnknownParameterError, check_parameters, plan, run_stages
+from lib.pipeline.runner import NOTEBOOKS, REPO, StageFailed, UnknownParameterError, check_parameters, plan, run_stages
+from lib.pipeline.stages import notebooks
+
+STAGE_NOTEBOOKS = {names[0]: notebook for notebook, names in notebooks()}
 
 RUNNER = REPO / "One_Run_Runner.ipynb"
 ALL = [RUNNER, *sorted(NOTEBOOKS.glob("*.ipynb"))]
@@ -91,7 +94,7 @@ def test_a_failing_stage_stops_the_run_and_names_the_executed_notebook_and_cell(
 def test_one_run_runner_end_to_end_on_cpu_smoke():
     """papermill runs One_Run_Runner.ipynb (which runs every stage notebook) on cpu-smoke; the gate's verdict file
     exists and every check that does not depend on the improvement outcome passes."""
-    from lib.gate import OUTCOME_CHECKS, run_gate
+    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
 
     run_id = "pytest-e2e-cpu-smoke"
     run_dir = REPO / "outputs" / run_id

@@ -13,9 +13,9 @@ matplotlib.use("Agg")
 
 import pytest
 
-from lib import plots
-from lib.antihack import training_rule_hits
-from lib.baselines import run_baselines
+from lib.reporting import plots
+from lib.evaluation.antihack import training_rule_hits
+from lib.evaluation.baselines import run_baselines
 
 STAND_INS = {"untrained": "random", "sft": "first_candidate", "grpo": "evidence_expert", "heuristic": "heuristic"}
 PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
@@ -28,7 +28,7 @@ def _write(path, obj) -> None:
 
 def _evaluation(resamples: int = 200):
     """eval.json and episodes.jsonl in the evaluate stage's format, from baseline policies' real episodes."""
-    from lib.evaluate import _episode_records, run_policy_episodes, summarize
+    from lib.evaluation.evaluate import _episode_records, run_policy_episodes, summarize
     from lib.stats import paired_difference
 
     report, records = {"splits": {}, "ablations": {}}, []

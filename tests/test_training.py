@@ -9,19 +9,20 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from lib.antihack import attack_suite
-from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
+from lib.evaluation.antihack import attack_suite
+from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.config import load_config
-from lib.corpus import run_corpus
+from lib.training.corpus import run_corpus
 from lib.envs.base import format_action
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY
-from lib.evaluate import generate_actions, load_policy_model
-from lib.policies import make_policy
-from lib.rollouts import action_return, action_returns, policy_continuation, run_episode
+from lib.evaluation.evaluate import generate_actions, load_policy_model
+from lib.envs.polyguard import SPEC
+make_policy = SPEC.make_policy
+from lib.episodes import action_return, action_returns, policy_actor, run_episode
 from lib.runs import Run
-from lib.reward import make_reward_function
-from lib.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, run_grpo, run_sft
+from lib.training.reward import make_reward_function
+from lib.training.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, run_grpo, run_sft
 
 MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8, "sft.logging_steps": 1,
          "grpo.max_steps": 4, "grpo.batch_size": 8, "grpo.num_generations": 4, "grpo.logging_steps": 1}
@@ -91,7 +92,7 @@ def test_batched_action_returns_equal_one_state_at_a_time():
         observation = env.restore(seed, "train", history)
         items += [(seed, "train", history, format_action(c.id)) for c in observation.candidates] + [(seed, "train", history, "nope")]
     for name in ("heuristic", "random"):
-        batched = action_returns([PolyGuardEnv() for _ in items], items, policy_continuation(make_policy(name)))
+        batched = action_returns([PolyGuardEnv() for _ in items], items, policy_actor(make_policy(name)))
         single = [action_return(env, *item, make_policy(name)) for item in items]
         assert [b[0] for b in batched] == pytest.approx([s[0] for s in single])
         assert [b[1].get("end_reason") for b in batched] == [s[1].get("end_reason") for s in single]
@@ -122,7 +123,7 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
-def test_policy_continuation_reward_is_the_models_own_return(trained):
+def test_policy_actor_reward_is_the_models_own_return(trained):
     """grpo.continuation=policy: after the sampled action the model itself finishes the episode, greedily.
     The batched reward equals playing each episode on by hand with the same model, one generate call per step."""
     config = _config(**{"grpo.continuation": "policy"})
@@ -149,7 +150,7 @@ def test_policy_continuation_reward_is_the_models_own_return(trained):
         assert score >= 0 > INVALID_PENALTY  # a legal action, however the model goes on, beats garbage
 
 
-def test_grpo_with_policy_continuation_trains(trained, tmp_path):
+def test_grpo_with_policy_actor_trains(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.continuation": "policy", "grpo.max_steps": 2})
     record = run_grpo(config, run)
     assert record["metrics"]["steps"] == 2 and record["params"]["continuation"] == "policy"
@@ -265,7 +266,7 @@ def test_hub_id_code_path_loads_a_local_folder_with_lora(trained, tmp_path):
     assert math.isfinite(record["metrics"]["loss_last"])
 
 
-def test_attack_suite_under_policy_continuation_still_holds(trained):
+def test_attack_suite_under_policy_actor_still_holds(trained):
     """With grpo.continuation=policy the anti-hacking suite scores with the policy finishing episodes; every
     attack still scores at most the worst legal action, because a legal action scores the episode's return."""
     config = _config(**{"grpo.continuation": "policy"})
@@ -288,7 +289,7 @@ def test_grpo_samples_with_the_prompt_in_context(trained):
     from peft import get_peft_model
 
     from lib.models import lora_config
-    from lib.train import sampling_mode
+    from lib.training.train import sampling_mode
 
     config = _config()
     model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
@@ -323,7 +324,7 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
 
 def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tmp_path):
     from lib.config import ConfigError
-    from lib.runs import fork_run
+    from lib.pipeline.fork import fork_run
 
     with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"):
         fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
@@ -353,7 +354,7 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
 
 
 def test_exploration_metrics_count_only_groups_that_beat_the_reference():
-    from lib.explore import group_metrics
+    from lib.training.explore import group_metrics
 
     below = group_metrics([0.1, 0.2, 0.3, 0.4], [0.5] * 4, 2)
     assert below["explore/beats_reference"] == 0 and below["explore/best_minus_reference"] < 0
@@ -366,7 +367,7 @@ def test_exploration_metrics_count_only_groups_that_beat_the_reference():
 def test_candidate_covering_groups_inject_unsampled_candidates_and_say_so(trained, tmp_path, monkeypatch):
     """grpo.group_sampling=cover_candidates: the last cover_share of each group are candidate answers the group did
     not sample; explore/beats_reference counts the policy's own samples only, the injected ones are logged apart."""
-    from lib import explore
+    from lib.training import explore
 
     seen = []
     real = explore.candidate_cover_rollout

@@ -1,7 +1,7 @@
 """The CPU stand-in for TRL's Triton log-prob kernel computes the same quantities as a plain log-softmax."""
 import torch
 
-from lib.trl_compat import TorchChunkedLogProb, ensure_logprob_kernel
+from lib.training.trl_compat import TorchChunkedLogProb, ensure_logprob_kernel
 
 
 def test_matches_log_softmax_values_and_gradients():

@@ -1,11 +1,13 @@
-"""The environment protocol every workbook environment follows (OpenEnv-shaped).
+"""The environment protocol every workbook environment follows (OpenEnv-shaped), and the policy protocol.
 
 Used by every stage: corpus building, GRPO rewards, evaluation and `python -m lib baselines`.
 
-An environment exposes `reset(seed, split)`, `step(action_text)`, `state()`, and one `render()` that
-turns an observation into the chat messages a model sees. Actions are strict: the only accepted form is
-one JSON object `{"action": "<candidate id>"}` naming a candidate shown in the observation. Anything else
-is `Invalid` and is never coerced into a default action.
+An environment exposes `reset(seed, split)`, `step(action_text)`, `state()`, one `render()` that turns an
+observation into the chat messages a model sees, the `history` of action texts of the current episode, and
+`restore(seed, split, history)`, which rebuilds a mid-episode state by replaying that history. Every
+observation has a `candidates` tuple. Actions are strict: the only accepted form is one JSON object
+`{"action": "<candidate id>"}` naming a candidate shown in the observation. Anything else is `Invalid` and is
+never coerced into a default action.
 """
 from __future__ import annotations
 
@@ -112,10 +114,15 @@ def combine(components: dict[str, float], weights: dict[str, float]) -> float:
 
 class Environment(ABC):
     """The protocol. `invalid_penalty` is the fixed step reward of any invalid action; it is strictly
-    below the worst return a legal action can lead to, so garbage never beats a real decision."""
+    below the worst return a legal action can lead to, so garbage never beats a real decision.
+
+    `step` returns a `StepResult` whose `info` holds "invalid" (the parser's reason) for an invalid action and,
+    when the episode ends, "episode_return" (in [0, 1]), "end_reason" and "exploit" (an anti-cheat rule the
+    episode hit, or None)."""
 
     name: str
     invalid_penalty: float
+    history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
 
     @abstractmethod
     def reset(self, seed: int, split: str) -> Any: ...
@@ -128,3 +135,31 @@ class Environment(ABC):
 
     @abstractmethod
     def render(self, observation: Any) -> list[dict[str, str]]: ...
+
+    @property
+    @abstractmethod
+    def done(self) -> bool: ...
+
+    def restore(self, seed: int, split: str, history: list[str]) -> Any:
+        """Rebuild a mid-episode state by replaying its action history (GRPO step mode, corpus scoring)."""
+        observation = self.reset(seed, split)
+        for position, text in enumerate(history):
+            result = self.step(text)
+            if result.done:
+                raise ValueError(f"history ends the episode at step {position + 1}; cannot restore past it")
+            observation = result.observation
+        return observation
+
+
+class Policy:
+    """A scripted policy: `begin(seed)` at the start of every episode, then `act(observation, env)` returns
+    the canonical action text, exactly as a model would answer. Policies that read `env` beyond the
+    observation (an oracle) see hidden state and are labelled so by their environment's spec."""
+
+    name = "policy"
+
+    def begin(self, seed: int) -> None:
+        """Called at the start of every episode."""
+
+    def act(self, observation: Any, env: Environment) -> str:
+        raise NotImplementedError

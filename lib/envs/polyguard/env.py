@@ -137,16 +137,6 @@ class PolyGuardEnv(Environment):
             "return_so_far": self._total,
         }
 
-    def restore(self, seed: int, split: str, history: list[str]) -> Observation:
-        """Rebuild a mid-episode state by replaying its action history (used by GRPO step mode)."""
-        obs = self.reset(seed, split)
-        for text in history:
-            result = self.step(text)
-            if result.done:
-                raise ValueError(f"history ends the episode at step {self._steps}; cannot restore past it")
-            obs = result.observation
-        return obs
-
     @property
     def done(self) -> bool:
         return self._done
@@ -229,7 +219,7 @@ class PolyGuardEnv(Environment):
             if condition in patient.conditions:
                 findings.append(Finding(drug, "contraindication", condition, "major",
                                         f"contraindicated in {condition}"))
-        for number, alternative in enumerate(self._alternatives(drug), start=1):
+        for number, alternative in enumerate(self.alternatives(drug), start=1):
             verdict = self._screen(drug, alternative)
             findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {number} {alternative}: {verdict}"))
         if not any(f.kind not in ("alternative",) for f in findings):
@@ -238,7 +228,7 @@ class PolyGuardEnv(Environment):
         self._evidence_cache[drug] = result
         return result
 
-    def _alternatives(self, drug: str) -> list[str]:
+    def alternatives(self, drug: str) -> list[str]:
         options = [a for a in self.kb.alternatives.get(drug, ()) if a not in self.regimen]
         return options[:MAX_ALTERNATIVES_SHOWN]
 
@@ -271,7 +261,7 @@ class PolyGuardEnv(Environment):
                 continue
             raw.append((f"stop:{slot}", ("stop", drug)))
             raw += [(f"substitute:{slot}:{n}", ("substitute", drug, alternative))
-                    for n, alternative in enumerate(self._alternatives(drug), start=1)]
+                    for n, alternative in enumerate(self.alternatives(drug), start=1)]
             if dose == "standard":
                 raw.append((f"reduce:{slot}", ("reduce", drug)))
             if drug not in self.monitored:

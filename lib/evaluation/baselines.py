@@ -1,5 +1,5 @@
 """`python -m lib baselines`: every baseline and trivial policy over N episodes, with bootstrap CIs and the
-environment's speed in steps per second (measured on heuristic rollouts in one process)."""
+environment's speed in steps per second (measured on the teacher's rollouts in one process)."""
 from __future__ import annotations
 
 import json
@@ -9,15 +9,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from .envs import make_env
-from .io import atomic_write_text
-from .policies import ALL_POLICIES, make_policy
-from .rollouts import run_episode
-from .stats import bootstrap_ci
+from ..envs import get_spec
+from ..io import atomic_write_text
+from ..episodes import run_episode
+from ..stats import bootstrap_ci
 
 
-def evaluate_policy(env, policy_name: str, seeds, split: str) -> dict:
-    policy = make_policy(policy_name)
+def evaluate_policy(env, policy, seeds, split: str) -> dict:
     episodes = [run_episode(env, policy, s, split) for s in seeds]
     returns = [e.episode_return for e in episodes]
     steps = sum(e.steps for e in episodes)
@@ -31,8 +29,7 @@ def evaluate_policy(env, policy_name: str, seeds, split: str) -> dict:
     }
 
 
-def steps_per_second(env, seeds, split: str) -> float:
-    policy = make_policy("heuristic")
+def steps_per_second(env, policy, seeds, split: str) -> float:
     start, steps = time.perf_counter(), 0
     for seed in seeds:
         steps += run_episode(env, policy, seed, split).steps
@@ -42,12 +39,14 @@ def steps_per_second(env, seeds, split: str) -> float:
 def run_baselines(env_name: str, split: str, episodes: int, seed: int, policies=None) -> dict:
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
-    env = make_env(env_name)
+    spec = get_spec(env_name)
+    env = spec.make_env()
     seeds = range(seed, seed + episodes)
-    names = list(policies or ALL_POLICIES)
-    results = {name: evaluate_policy(env, name, seeds, split) for name in tqdm(names, desc=f"baselines/{split}")}
-    return {"env": env_name, "split": split, "episodes": episodes, "seed": seed, "policies": results,
-            "env_steps_per_second": steps_per_second(env, seeds, split)}
+    names = list(policies or spec.reported_policies)
+    results = {name: {"kind": spec.policy_kind(name), **evaluate_policy(env, spec.make_policy(name), seeds, split)}
+               for name in tqdm(names, desc=f"baselines/{split}")}
+    return {"env": env_name, "split": split, "episodes": episodes, "seed": seed, "teacher": spec.teacher,
+            "policies": results, "env_steps_per_second": steps_per_second(env, spec.make_policy(spec.teacher), seeds, split)}
 
 
 def format_table(report: dict) -> str:
@@ -57,7 +56,7 @@ def format_table(report: dict) -> str:
     for name, r in rows:
         ci = "[{:.3f}, {:.3f}]".format(*r["ci95"])
         lines.append(f"{name:<20}{r['mean_return']:>12.3f}{ci:>18}{r['mean_steps']:>8.2f}{r['invalid_rate']:>9.3f}")
-    lines.append(f"env steps/second (heuristic rollouts): {report['env_steps_per_second']:,.0f}")
+    lines.append(f"env steps/second ({report['teacher']} rollouts): {report['env_steps_per_second']:,.0f}")
     return "\n".join(lines)
 
 
@@ -68,7 +67,7 @@ def write_report(report: dict, out: Path) -> None:
 def run_baselines_stage(config, run) -> dict:
     """Stage `baselines`: every baseline and trivial policy on holdout and holdout_novel, before any training.
     Writes baselines/baselines.json ({split: report}); notebook 02_baselines shows it."""
-    from .io import atomic_write_json
+    from ..io import atomic_write_json
 
     started = time.time()
     reports = {split: run_baselines(config.env, split, config.eval.episodes, 0) for split in ("holdout", "holdout_novel")}

@@ -15,8 +15,8 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .envs.polyguard.reward import WEIGHTS
-from .io import atomic_write_bytes
+from ..envs import get_spec
+from ..io import atomic_write_bytes
 
 BASELINES = "baselines/baselines.json"
 SFT_LOG = "sft/train_log.jsonl"
@@ -125,14 +125,16 @@ def reward_components(run_dir: Path) -> Figure:
     Averaged over every episode from episodes.jsonl: an episode lost to invalid output has no components and
     earns 0, which the per-component means in eval.json (taken only over episodes that have the component) miss."""
     records = _holdout_episodes(run_dir)
-    unknown = {c for r in records for c in r["components"]} - set(WEIGHTS) - {"invalid_limit"}
+    env = _read(run_dir, EVAL)["env"]
+    weights = get_spec(env).reward_weights
+    unknown = {c for r in records for c in r["components"]} - set(weights) - {"invalid_limit"}
     if unknown:
-        raise ValueError(f"{EPISODES} has components with no weight in reward.WEIGHTS: {sorted(unknown)}")
+        raise ValueError(f"{EPISODES} has components with no weight in {env}'s reward weights: {sorted(unknown)}")
     policies = list(dict.fromkeys(r["policy"] for r in records))
     by_policy = {p: [r for r in records if r["policy"] == p] for p in policies}
     figure, (ax,) = _figure(width=11)
     x, up, down = np.arange(len(policies)), np.zeros(len(policies)), np.zeros(len(policies))
-    for component, weight in WEIGHTS.items():
+    for component, weight in weights.items():
         values = np.array([weight * np.mean([r["components"].get(component, 0.0) for r in by_policy[p]]) for p in policies])
         ax.bar(x, values, 0.7, bottom=np.where(values >= 0, up, down), label=f"{component} (x{weight:g})")
         up, down = up + values.clip(min=0), down + values.clip(max=0)
@@ -147,14 +149,16 @@ def reward_components(run_dir: Path) -> Figure:
 
 def per_seed_deltas(run_dir: Path) -> Figure:
     """Holdout return differences paired by seed for each pair eval.json compares, with its paired mean and CI."""
-    paired = _read(run_dir, EVAL)["splits"]["holdout"]["paired"]
+    report = _read(run_dir, EVAL)
+    paired, role = report["splits"]["holdout"]["paired"], report.get("roles", {})
     if not paired:
         raise ValueError(f"{EVAL} has no paired holdout comparisons")
     returns: dict[str, dict[int, float]] = {}
     for r in _holdout_episodes(run_dir):
         returns.setdefault(r["policy"], {})[r["seed"]] = r["return"]
     order = list(paired)
-    rows = [(pair, returns[a][seed] - returns[b][seed]) for pair in order for a, b in [pair.split("-")]
+    rows = [(pair, returns[a][seed] - returns[b][seed]) for pair in order
+            for a, b in [(role.get(x, x) for x in pair.split("-"))]
             for seed in sorted(set(returns[a]) & set(returns[b]))]
     figure, (ax,) = _figure()
     for plot, style in ((sns.boxplot, {"color": "0.9", "showfliers": False}), (sns.stripplot, {"alpha": 0.6, "jitter": 0.2})):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .evaluate import _episode_records, load_policy_model, model_artifacts, run_model_episodes, summarize
-from .stats import paired_difference
+from ..inference import load_policy_model
+from .evaluate import _episode_records, model_artifacts, run_model_episodes, summarize
+from ..stats import paired_difference
 
 
 def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: list[dict], resamples: int) -> dict:
@@ -39,7 +40,7 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
         elif name == "veto":
             measure("veto", "grpo", "grpo greedy (no veto)", greedy, veto_k=config.eval.veto_k)
         elif name == "no_sft":
-            from .train import run_grpo
+            from ..training.train import run_grpo
 
             stage = run_grpo(config, run, base_model=model_artifacts(config, run)["untrained"]["model"], stage="grpo_no_sft")
             no_sft = load_policy_model(stage["outputs"]["base_model"], config.model, stage["outputs"]["adapter"])

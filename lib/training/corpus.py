@@ -1,4 +1,4 @@
-"""Stage `corpus`: SFT transcripts from the heuristic teacher and GRPO prompts sampled from rollouts at every
+"""Stage `corpus`: SFT transcripts from the environment's teacher and GRPO prompts sampled from rollouts at every
 episode position, all on `train` seeds. Every file is fingerprinted (sha256) into the run manifest.
 
 `python -m lib stage corpus --profile P --run-dir outputs/<id>`; notebook 01_build_corpus calls the same code.
@@ -8,20 +8,18 @@ from __future__ import annotations
 import json
 import random
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .config import RunConfig
-from .envs import make_env
-from .envs.base import format_action
-from .io import atomic_write_text
-from .models import sha256_file
-from .policies import Policy, make_policy
-from .rollouts import candidate_returns, run_episode
-from .runs import Run
+from ..config import RunConfig
+from ..envs import get_spec
+from ..envs.base import Policy, format_action
+from ..io import atomic_write_text
+from ..models import sha256_file
+from ..episodes import candidate_returns, run_episode
+from ..runs import Run
 
 INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
 
@@ -38,15 +36,14 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-NOISE_EXCLUDED = ("finish", "review")  # noise never ends an episode or spends the one pharmacist review
-
-
 class _NoisyTeacher(Policy):
-    """The heuristic teacher, with DART-style noise: with probability `noise` a random candidate (not finish or
-    review) is executed instead of the teacher's action. `labels` keeps what the teacher chose at each step."""
+    """The environment's teacher, with DART-style noise: with probability `noise` a random candidate (not of a kind
+    the spec excludes, such as ending the episode) is executed instead of the teacher's action. `labels` keeps
+    what the teacher chose at each step."""
 
-    def __init__(self, noise: float, rng: random.Random):
-        self.teacher, self.noise, self.rng, self.labels = make_policy("heuristic"), noise, rng, []
+    def __init__(self, spec, noise: float, rng: random.Random):
+        self.teacher, self.noise, self.rng, self.labels = spec.make_policy(spec.teacher), noise, rng, []
+        self.excluded = spec.noise_excluded_kinds
 
     def begin(self, seed: int) -> None:
         self.teacher.begin(seed)
@@ -56,14 +53,14 @@ class _NoisyTeacher(Policy):
         action = self.teacher.act(observation, env)
         self.labels.append(action)
         if self.noise and self.rng.random() < self.noise:
-            options = [c for c in observation.candidates if c.kind not in NOISE_EXCLUDED]
+            options = [c for c in observation.candidates if c.kind not in self.excluded]
             if options:
                 return format_action(self.rng.choice(options).id)
         return action
 
 
-def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher") -> list[dict]:
-    """Heuristic-teacher transcripts: one row per state, labelled with the teacher's action there.
+def sft_rows(spec, env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher") -> list[dict]:
+    """Teacher transcripts: one row per state, labelled with the teacher's action there.
 
     With `noise` > 0 (DART-style noise injection) the episode sometimes continues from a state off the
     teacher's own path, which a learner that makes one mistake will also reach. With `label="teacher"` every
@@ -73,7 +70,7 @@ def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None, l
     Either way the executed action is recorded as `executed` and the teacher's as `teacher`."""
     if label not in ("teacher", "executed"):
         raise ValueError(f"unknown SFT label {label!r}: 'teacher' or 'executed'")
-    policy = _NoisyTeacher(noise, rng or random.Random(0))
+    policy = _NoisyTeacher(spec, noise, rng or random.Random(0))
     rows = []
     for seed in seeds:
         episode = run_episode(env, policy, seed, "train", keep_transitions=True)
@@ -85,7 +82,7 @@ def sft_rows(env, seeds, noise: float = 0.0, rng: random.Random | None = None, l
     return rows
 
 
-def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random,
+def grpo_rows(spec, env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random,
               improvable_share: float = 0.0, improvable_margin: float = INFORMATIVE_SPREAD) -> tuple[list[dict], dict]:
     """States from rollouts of several policies, at every position, kept when the choice there matters.
 
@@ -94,12 +91,12 @@ def grpo_rows(env, seeds, policies: list[str], n_prompts: int, reference: str, r
     `improvable_margin`. These are the states where RL can gain on the teacher. The rest are drawn as without it
     (any state where the choice matters, mostly ones where the teacher is right), so GRPO also practises what
     SFT should keep. Every row records `best_return` and the reference's own `reference_return`."""
-    reference_policy = make_policy(reference)
+    reference_policy = spec.make_policy(reference)
     by_position: dict[int, list[dict]] = {}
     seen = examined = 0
     for seed in seeds:
         for name in policies:
-            episode = run_episode(env, make_policy(name), seed, "train", keep_transitions=True)
+            episode = run_episode(env, spec.make_policy(name), seed, "train", keep_transitions=True)
             for position, t in enumerate(episode.transitions):
                 seen += 1
                 state = {"seed": seed, "split": "train", "history": t["history"], "position": position}
@@ -157,28 +154,6 @@ def _optional_hf_instructions(config: RunConfig) -> tuple[list[dict], str]:
     return [{"messages": m} for m in data["messages"]], f"used: {len(data)} rows from {name}"
 
 
-OPENFDA_LABEL_URL = "https://api.fda.gov/drug/label.json?search=openfda.generic_name:{drug}&limit=1"
-
-
-def _optional_label_augmentation(config: RunConfig, drugs: list[str], url: str = OPENFDA_LABEL_URL) -> tuple[list[str], str]:
-    if not config.corpus.label_augmentation:
-        return [], "skipped: disabled in config"
-    cache = Path(config.corpus.label_cache_dir)
-    cache.mkdir(parents=True, exist_ok=True)
-    texts = []
-    for drug in drugs:
-        cached = cache / f"{drug}.json"
-        if not cached.exists():
-            try:
-                with urllib.request.urlopen(url.format(drug=drug), timeout=5) as response:
-                    atomic_write_text(cached, response.read().decode("utf-8"))
-            except Exception as error:
-                return [], f"skipped: drug-label API unreachable ({type(error).__name__}: {str(error)[:120]})"
-        label = json.loads(cached.read_text()).get("results", [{}])[0]
-        texts += label.get("drug_interactions", [])[:1]
-    return texts, f"used: {len(texts)} label sections for {len(drugs)} drugs"
-
-
 def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> list[str]:
     """Raise on a mismatch with expected_hash; without one, return drift warnings to print."""
     if expected is None:
@@ -192,20 +167,27 @@ def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> lis
 
 def run_corpus(config: RunConfig, run: Run) -> dict:
     started = time.time()
-    env = make_env(config.env)
+    spec = get_spec(config.env)
+    env = spec.make_env()
     out = run.stage_dir("corpus")
     c = config.corpus
     sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
     # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
     grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
-    sft = sft_rows(env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed),
+    sft = sft_rows(spec, env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed),
                    c.sft_label)
-    grpo, grpo_stats = grpo_rows(env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"), c.grpo_rollout_policies,
-                                 c.grpo_prompts, config.grpo.reference_policy, random.Random(config.seed),
+    grpo, grpo_stats = grpo_rows(spec, env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"),
+                                 list(c.grpo_rollout_policies or spec.rollout_policies), c.grpo_prompts,
+                                 config.reference_policy, random.Random(config.seed),
                                  c.grpo_improvable_share, c.grpo_improvable_margin)
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
-    labels, extras["label_augmentation"] = _optional_label_augmentation(config, sorted(env.kb.drugs))
+    extra_rows = {}
+    for name, make in spec.corpus_extras.items():
+        if name in c.extras:
+            extra_rows[name], extras[name] = make(config)
+        else:
+            extras[name] = "skipped: not in corpus.extras"
     for name, status in extras.items():
         print(f"corpus extra {name}: {status}")
     _write_jsonl(out / "sft.jsonl", sft)
@@ -214,9 +196,10 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     if instructions:
         _write_jsonl(out / "hf_instructions.jsonl", instructions)
         files.append("hf_instructions.jsonl")
-    if labels:
-        _write_jsonl(out / "label_texts.jsonl", [{"text": t} for t in labels])
-        files.append("label_texts.jsonl")
+    for name, rows in extra_rows.items():
+        if rows:
+            _write_jsonl(out / f"extra_{name}.jsonl", rows)
+            files.append(f"extra_{name}.jsonl")
     hashes = {name: sha256_file(out / name) for name in files}
     for warning in check_hashes(hashes, c.expected_hash):
         print(f"warning: {warning}")

@@ -8,15 +8,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = REPO / "notebooks"
-STAGE_NOTEBOOKS = {"corpus": "01_build_corpus.ipynb", "baselines": "02_baselines.ipynb", "sft": "03_sft.ipynb",
-                   "grpo": "04_grpo.ipynb", "evaluate": "05_evaluate.ipynb", "export": "06_export.ipynb",
-                   "report": "07_report.ipynb"}
-WRITES = {"corpus": "corpus/sft.jsonl, corpus/grpo_prompts.jsonl", "baselines": "baselines/baselines.json",
-          "sft": "sft/model/", "grpo": "grpo/adapter/", "evaluate": "evaluate/eval.json, episodes.jsonl, anti_hacking_report.json",
-          "export": "export/merged/, postsave/postsave_inference.json", "report": "report.md, charts/, gate.json"}
+from .stages import STAGES, notebooks
 
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
 
 class UnknownParameterError(ValueError):
     """A parameter the notebook does not declare (papermill itself would only warn)."""
@@ -45,13 +40,11 @@ def check_parameters(notebook: Path, parameters: dict) -> None:
 
 
 def plan(run_id: str, profile: str, stages: list[str] | None = None, output_root: str = "outputs") -> pd.DataFrame:
-    """The plan as a table: which notebook runs, where its executed copy goes, and what it writes."""
-    stages = stages or list(STAGE_NOTEBOOKS)
-    unknown = [s for s in stages if s not in STAGE_NOTEBOOKS]
-    if unknown:
-        raise ValueError(f"unknown stages {unknown}; choose from {list(STAGE_NOTEBOOKS)}")
-    return pd.DataFrame([{"stage": s, "notebook": f"notebooks/{STAGE_NOTEBOOKS[s]}",
-                          "executed copy": f"{output_root}/{run_id}/{s}/{s}.ipynb", "writes": WRITES[s]} for s in stages])
+    """The plan as a table: which notebook runs which stages, where its executed copy goes, and what it writes."""
+    writes = {s.name: s.writes for s in STAGES}
+    return pd.DataFrame([{"stage": names[0], "stages": ", ".join(names), "notebook": f"notebooks/{notebook}",
+                          "executed copy": f"{output_root}/{run_id}/{names[0]}/{names[0]}.ipynb",
+                          "writes": "; ".join(writes[n] for n in names)} for notebook, names in notebooks(stages)])
 
 
 def run_stages(run_id: str, profile: str, stages: list[str] | None = None, overrides: dict | None = None,
@@ -62,14 +55,14 @@ def run_stages(run_id: str, profile: str, stages: list[str] | None = None, overr
 
     table = plan(run_id, profile, stages, output_root)
     parameters = {"RUN_ID": run_id, "PROFILE": profile, "OVERRIDES": dict(overrides or {})}
-    for stage in table["stage"]:
-        check_parameters(NOTEBOOKS / STAGE_NOTEBOOKS[stage], parameters)
+    for notebook in table["notebook"]:
+        check_parameters(REPO / notebook, parameters)
     executed = []
-    for stage in tqdm(list(table["stage"]), desc=f"run {run_id}", unit="stage"):
+    for stage, notebook in tqdm(list(zip(table["stage"], table["notebook"])), desc=f"run {run_id}", unit="notebook"):
         target = REPO / output_root / run_id / stage / f"{stage}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            papermill.execute_notebook(str(NOTEBOOKS / STAGE_NOTEBOOKS[stage]), str(target), parameters=parameters,
+            papermill.execute_notebook(str(REPO / notebook), str(target), parameters=parameters,
                                        kernel_name=kernel_name, cwd=str(REPO), progress_bar=False)
         except PapermillExecutionError as error:
             raise StageFailed(f"stage {stage!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}\n"

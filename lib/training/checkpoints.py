@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .io import atomic_write_json
-from .models import sha256_file
+from ..io import atomic_write_json
+from ..models import sha256_file
 
 MANIFEST = "checkpoint_manifest.json"
 

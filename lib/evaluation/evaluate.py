@@ -14,137 +14,52 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from .embedded import resolve_model_source
-from .envs import make_env
-from .envs.base import Invalid, parse_action
-from .io import atomic_write_json, atomic_write_text
-from .models import is_tiny, load_model, weights_sha256
-from .policies import BASELINES, TRIVIAL, make_policy
-from .rollouts import Episode
-from .stats import bootstrap_ci, gap_closure, paired_difference
+from ..envs import get_spec
+from ..episodes import Episode, Start, Step, play, policy_actor
+from ..inference import load_policy_model, model_actor
+from ..io import atomic_write_json, atomic_write_text
+from ..models import is_tiny
+from ..stats import bootstrap_ci, gap_closure, paired_difference
 
 MODEL_POLICIES = ("untrained", "sft", "grpo")
-PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
 
 
 class ProvenanceError(RuntimeError):
     """An evaluated action has no model_source, or one that is not the artifact being evaluated (a fallback)."""
 
 
-def artifact_folder(path_or_id: str | Path) -> Path:
-    """The local folder holding a model's weights: the path itself, or the hub cache snapshot of a hub id."""
-    path = Path(resolve_model_source(path_or_id))
-    if path.is_dir():
-        return path
-    from huggingface_hub import snapshot_download
+def _recorder(actions: list[dict], source: dict):
+    """The per-step hook of evaluation: every action, with the source that produced it and its latency."""
 
-    return Path(snapshot_download(str(path_or_id), local_files_only=True))
-
-
-def load_policy_model(model_dir: str | Path, model_config, adapter_dir: str | Path | None = None):
-    """Load a saved model (optionally with a LoRA adapter merged in memory) and its provenance record."""
-    model, tokenizer, _ = load_model(model_dir, model_config, trainable=False)
-    source = {"path": str(model_dir), "sha256": weights_sha256(artifact_folder(model_dir))}
-    if adapter_dir is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-        source = {"path": str(adapter_dir), "sha256": weights_sha256(Path(adapter_dir)), "base": source}
-    model.eval()
-    return model, tokenizer, source
-
-
-@torch.no_grad()
-def generate_actions(model, tokenizer, message_batches, *, greedy: bool, max_new_tokens: int = 16,
-                     temperature: float = 1.0) -> list[str]:
-    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in message_batches]
-    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    sampling = {} if greedy else {"temperature": temperature, "top_k": 0, "top_p": 1.0}
-    output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=not greedy,
-                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **sampling)
-    new_tokens = output[:, encoded["input_ids"].shape[1]:]
-    return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+    def on_step(step: Step) -> None:
+        record = {"seed": step.live.seed, "split": step.live.start.split, "step": step.live.steps,
+                  "completion": step.text, "valid": "invalid" not in step.result.info, "reward": step.result.reward,
+                  "model_source": source, "latency_s": step.latency_s, **step.live.extra}
+        actions.append(record)
+    return on_step
 
 
 def run_model_episodes(model, tokenizer, source: dict, env_name: str, seeds, split: str, *, greedy: bool = True,
                        batch_size: int = 256, max_new_tokens: int = 16, veto_k: int = 0, desc: str = "episodes"):
-    """Play every seed to the end with the model choosing every action. Live episodes advance in lockstep: each
-    round, one `generate` call answers every live episode's current state. Up to `batch_size` episodes are live
-    at once; as one ends, the next seed starts in its place, so no episode waits for another to finish.
-
-    With `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled, up to
-    `veto_k` times before it is submitted; the re-asks are counted in each action record. Returns
-    (episodes, action_records); every action record carries `model_source`."""
-    episodes, actions = [], []
-    queue = list(seeds)[::-1]
-    live: list[dict] = []  # {"seed", "env", "observation", "invalid", "steps"}
-    progress = tqdm(total=len(queue), desc=desc)
-    while queue or live:
-        while queue and len(live) < batch_size:
-            seed, env = queue.pop(), make_env(env_name)
-            live.append({"seed": seed, "env": env, "observation": env.reset(seed, split), "invalid": 0, "steps": 0})
-        began = time.perf_counter()
-        texts = generate_actions(model, tokenizer, [e["env"].render(e["observation"]) for e in live],
-                                 greedy=greedy, max_new_tokens=max_new_tokens)
-        retries = [0] * len(live)
-        for _ in range(veto_k):
-            rejected = [j for j, e in enumerate(live) if isinstance(parse_action(texts[j], e["observation"].candidates), Invalid)]
-            if not rejected:
-                break
-            again = generate_actions(model, tokenizer, [live[j]["env"].render(live[j]["observation"]) for j in rejected],
-                                     greedy=False, max_new_tokens=max_new_tokens)
-            for j, text in zip(rejected, again):
-                texts[j], retries[j] = text, retries[j] + 1
-        latency = (time.perf_counter() - began) / len(live)
-        still = []
-        for episode, text, retry in zip(live, texts, retries):
-            result = episode["env"].step(text)
-            invalid = "invalid" in result.info
-            episode["invalid"] += invalid
-            episode["steps"] += 1
-            record = {"seed": episode["seed"], "split": split, "step": episode["steps"], "completion": text,
-                      "valid": not invalid, "reward": result.reward, "model_source": source, "latency_s": latency}
-            if veto_k:
-                record["veto_retries"] = retry
-            actions.append(record)
-            if result.done:
-                episodes.append(Episode(episode["seed"], split, result.info["episode_return"], episode["steps"],
-                                        episode["invalid"], result.info["end_reason"], result.components))
-                progress.update(1)
-            else:
-                episode["observation"] = result.observation
-                still.append(episode)
-        live = still
-    progress.close()
+    """Play every seed to the end with the model choosing every action, `batch_size` episodes in lockstep (one
+    generate call per round; see `episodes.play`). With `veto_k` > 0 invalid outputs are re-asked (the
+    legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
+    `model_source`."""
+    actions: list[dict] = []
+    episodes = play(lambda: get_spec(env_name).make_env(), [Start(seed, split) for seed in seeds],
+                    model_actor(model, tokenizer, greedy=greedy, max_new_tokens=max_new_tokens, veto_k=veto_k),
+                    batch_size=batch_size, on_step=_recorder(actions, source), desc=desc)
     return sorted(episodes, key=lambda e: e.seed), actions
 
 
 def run_policy_episodes(env_name: str, name: str, seeds, split: str):
     """A baseline or trivial policy, recorded exactly like a model: every action names its source."""
-    env, policy = make_env(env_name), make_policy(name)
-    source = {"policy": name}
-    episodes, actions = [], []
-    for seed in seeds:
-        observation = env.reset(seed, split)
-        policy.begin(seed)
-        step, invalid = 0, 0
-        while True:
-            began = time.perf_counter()
-            text = policy.act(observation, env)
-            latency = time.perf_counter() - began
-            result = env.step(text)
-            step += 1
-            invalid += "invalid" in result.info
-            actions.append({"seed": seed, "split": split, "step": step, "completion": text, "valid": "invalid" not in result.info,
-                            "reward": result.reward, "model_source": source, "latency_s": latency})
-            if result.done:
-                episodes.append(Episode(seed, split, result.info["episode_return"], step, invalid,
-                                        result.info["end_reason"], result.components))
-                break
-            observation = result.observation
+    spec = get_spec(env_name)
+    env, actions = spec.make_env(), []
+    episodes = play(lambda: env, [Start(seed, split) for seed in seeds], policy_actor(spec.make_policy(name), copies=False),
+                    on_step=_recorder(actions, {"policy": name}))
     return episodes, actions
 
 
@@ -213,20 +128,29 @@ def model_artifacts(config, run) -> dict[str, dict]:
             "grpo": {"model": grpo["outputs"]["base_model"], "adapter": grpo["outputs"]["adapter"]}}
 
 
-def _paired(returns: dict[str, dict[int, float]], resamples: int) -> dict:
-    return {f"{a}-{b}": paired_difference(returns[a], returns[b], resamples=resamples)
-            for a, b in PAIRS if a in returns and b in returns}
+def roles(spec) -> dict[str, str]:
+    """Which policy plays each role the verdicts name: the environment's teacher, oracle and random policy."""
+    return {"teacher": spec.teacher, "oracle": spec.oracle, "random": spec.random}
+
+
+def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resamples: int) -> dict:
+    """GRPO - SFT, GRPO - teacher and SFT - teacher, paired by seed; keys name roles ("grpo-teacher")."""
+    named = {**returns, **{r: returns[name] for r, name in role.items() if name in returns}}
+    return {f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples)
+            for a, b in (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher")) if a in named and b in named}
 
 
 def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     """The evaluate stage. `policies` narrows the baseline list (tests); models are always evaluated."""
-    from .runs import seed_everything
+    from ..runs import seed_everything
 
     started = time.time()
     seed_everything(config.seed, config.deterministic)
     out = run.stage_dir("evaluate")
     resamples = config.eval.bootstrap_resamples
-    baseline_names = policies or [*BASELINES, *TRIVIAL]
+    spec = get_spec(config.env)
+    role = roles(spec)
+    baseline_names = policies or list(spec.reported_policies)
     records: list[dict] = []
     splits: dict[str, dict] = {}
     sources: dict[str, dict] = {}
@@ -247,13 +171,14 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
             records += _episode_records(name, episodes, actions)
         for name in tqdm(baseline_names, desc=f"evaluate/{split}/baselines"):
             episodes, actions = run_policy_episodes(config.env, name, seeds, split)
-            summaries[name] = {"kind": "baseline" if name in BASELINES else "trivial", **summarize(episodes, actions, resamples)}
+            summaries[name] = {"kind": spec.policy_kind(name), **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += _episode_records(name, episodes, actions)
-        splits[split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns[split], resamples)}
-        if {"grpo", "heuristic", "oracle"} <= set(returns[split]):
+        splits[split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries,
+                         "paired": _paired(returns[split], role, resamples)}
+        if {"grpo", role["teacher"], role["oracle"]} <= set(returns[split]):
             r = returns[split]
-            splits[split]["gap_closure"] = gap_closure(r["grpo"], r["heuristic"], r["oracle"], resamples=resamples)
+            splits[split]["gap_closure"] = gap_closure(r["grpo"], r[role["teacher"]], r[role["oracle"]], resamples=resamples)
     from .ablations import run_ablations
 
     ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
@@ -262,14 +187,14 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
 
     holdout = splits.get("holdout", {}).get("paired", {})
     grpo_sft = holdout.get("grpo-sft", {"ci95": [0, 0]})
-    grpo_teacher = holdout.get("grpo-heuristic", {"ci95": [0, 0]})
+    grpo_teacher = holdout.get("grpo-teacher", {"ci95": [0, 0]})
     verdict = {"improved": grpo_sft["ci95"][0] > 0, "beats_teacher": grpo_teacher["ci95"][0] > 0,
                "rule": "improved: GRPO - SFT on holdout, paired-by-seed bootstrap 95% CI lower bound > 0; "
-                       "beats_teacher: the same for GRPO - heuristic"}
+                       f"beats_teacher: the same for GRPO - teacher ({role['teacher']})"}
     gaps = {name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]
             for name in MODEL_POLICIES if "train" in splits and "holdout" in splits}
     sft_stage, grpo_stage = run.read_stage("sft"), run.read_stage("grpo")
-    report = {"env": config.env, "profile": config.profile, "decoding": "greedy",
+    report = {"env": config.env, "profile": config.profile, "decoding": "greedy", "roles": role,
               "backends": {"sft": sft_stage["metrics"]["backend"], "grpo": grpo_stage["metrics"]["backend"]},
               "artifacts": sources, "splits": splits, "ablations": ablations, "train_holdout_gap": gaps, **verdict}
     episodes_path = out / "episodes.jsonl"
@@ -292,7 +217,7 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
 
 def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
     """Closed-loop check after training: SFT and GRPO act at every step of `episodes` episodes, compared
-    paired-by-seed with random, the heuristic teacher and the oracle (gap closure), next to GRPO's exploration
+    paired-by-seed with the environment's random, teacher and oracle policies (gap closure), next to GRPO's exploration
     record. Writes quickcheck.json (holdout) or quickcheck_<split>.json."""
     seeds = range(episodes)
     artifacts = model_artifacts(config, run)
@@ -304,16 +229,18 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
                                   max_new_tokens=config.grpo.max_completion_length, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
-    for name in ("random", "heuristic", "oracle"):
+    role = roles(get_spec(config.env))
+    for name in role.values():
         runs = run_policy_episodes(config.env, name, seeds, split)
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     grpo = run.read_stage("grpo")["metrics"]
-    report = {"split": split, "episodes": episodes, "policies": summary,
+    teacher = returns[role["teacher"]]
+    report = {"split": split, "episodes": episodes, "roles": role, "policies": summary,
               "paired": {"grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
-                         "sft-random": paired_difference(returns["sft"], returns["random"]),
-                         "grpo-heuristic": paired_difference(returns["grpo"], returns["heuristic"])},
-              "gap_closure": gap_closure(returns["grpo"], returns["heuristic"], returns["oracle"]),
+                         "sft-random": paired_difference(returns["sft"], returns[role["random"]]),
+                         "grpo-teacher": paired_difference(returns["grpo"], teacher)},
+              "gap_closure": gap_closure(returns["grpo"], teacher, returns[role["oracle"]]),
               "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
               "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
               "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()}}

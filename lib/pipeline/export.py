@@ -16,11 +16,10 @@ from pathlib import Path
 
 import torch
 
-from .envs import make_env
-from .io import atomic_write_json
-from .models import load_model, sha256_file, weights_sha256
-from .policies import make_policy
-from .rollouts import teacher_states
+from ..envs import get_spec
+from ..io import atomic_write_json
+from ..models import load_model, sha256_file, weights_sha256
+from ..episodes import teacher_states
 
 LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
 
@@ -42,8 +41,9 @@ def file_manifest(folder: Path) -> dict:
 
 def check_prompts(config, n: int) -> list[list[dict]]:
     """Fixed prompts for the merge check: states at every position of the first held-out teacher episodes."""
-    env = make_env(config.env)
-    states = teacher_states(env, make_policy("heuristic"), range(n), "holdout")[:n]
+    spec = get_spec(config.env)
+    env = spec.make_env()
+    states = teacher_states(env, spec.make_policy(spec.teacher), range(n), "holdout")[:n]
     return [env.render(env.restore(seed, "holdout", history)) for seed, history in states]
 
 
@@ -91,7 +91,7 @@ def _fresh_process_outputs(run_dir: Path, model_dir: Path, prompts_path: Path, o
     """Load `model_dir` in a new python process (nothing shared with this one) and compute its outputs."""
     command = [sys.executable, "-m", "lib", "_model-outputs", "--run-dir", str(run_dir), "--model-dir", str(model_dir),
                "--prompts", str(prompts_path), "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     if done.returncode != 0:
         raise ExportError(f"fresh-process reload of {model_dir} failed:\n{done.stderr[-2000:]}")
     return json.loads(out.read_text())
@@ -156,7 +156,7 @@ def run_export(config, run) -> dict:
 
 def model_outputs_worker(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> None:
     """`python -m lib _model-outputs`: the fresh-process side of the merge check."""
-    from .runs import read_config
+    from ..runs import read_config
 
     config = read_config(run_dir)
     model, tokenizer, _ = load_model(model_dir, config.model, trainable=False)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import atomic_write_json
-from .models import weights_sha256
-from .runs import read_stage_record
+from ..io import atomic_write_json
+from ..models import weights_sha256
+from ..runs import read_stage_record
 
 ARTIFACT_ORDER = ("grpo", "merged", "sft")  # what `activate` picks when no artifact is named
 
@@ -28,8 +28,9 @@ class PostsaveError(RuntimeError):
 
 def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) -> None:
     """`python -m lib _postsave-worker`: the fresh process. Fingerprints the files, loads them, plays episodes."""
-    from .evaluate import load_policy_model, run_model_episodes
-    from .runs import read_config
+    from ..evaluation.evaluate import run_model_episodes
+    from ..inference import load_policy_model
+    from ..runs import read_config
 
     config = read_config(run_dir)
     sha_before_load = weights_sha256(model_dir)
@@ -56,7 +57,7 @@ def run_postsave(config, run) -> dict:
     out = run.stage_dir("postsave") / "postsave_inference.json"
     command = [sys.executable, "-m", "lib", "_postsave-worker", "--run-dir", str(run.dir), "--model-dir", str(model_dir),
                "--episodes", str(config.export.postsave_episodes), "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     if done.returncode != 0:
         raise PostsaveError(f"post-save inference failed in its fresh process:\n{done.stderr[-2000:]}")
     result = json.loads(out.read_text())
@@ -114,7 +115,7 @@ def activate(run_dir: Path, artifact: str | None = None) -> dict:
 
 def load_active(outputs_dir: Path, model_config):
     """Load the active model named by <outputs>/active_model.json, refusing it if its weights changed."""
-    from .evaluate import load_policy_model
+    from ..inference import load_policy_model
 
     path = Path(outputs_dir) / "active_model.json"
     if not path.exists():

@@ -9,39 +9,25 @@ from pathlib import Path
 
 import torch
 
-from .config import RunConfig
-from .envs import make_env
+from ..config import RunConfig
+from ..envs import get_spec
 from .explore import group_metrics, policy_candidate_distribution
-from .policies import make_policy
-from .rollouts import action_returns, policy_continuation
-
-
-ANTI_CHEAT_RULES = ("loop", "review_abuse", "unsafe_end")
-
-
-def anti_cheat_rule(info: dict) -> str | None:
-    """Which anti-cheat rule an episode's end hit: an exploit the env named (loop, review_abuse), or ending
-    with a major risk still in the regimen (unsafe_end); None when no rule fired."""
-    if info.get("exploit"):
-        return info["exploit"]
-    if info.get("components", {}).get("anti_cheat", 0.0) < 0:
-        return "unsafe_end"
-    return None
+from ..episodes import action_returns, policy_actor
 
 
 def model_continuation(policy: dict, max_new_tokens: int):
-    """A continuation (see `rollouts.action_returns`) in which the model in `policy["model"]` acts greedily,
+    """An actor (see `episodes.play`) in which the model in `policy["model"]` acts greedily,
     one batched generate call per step for all unfinished episodes. `policy` is filled in once the trainer
     exists, so the continuation always uses the weights being trained."""
-    from .evaluate import generate_actions
+    from ..inference import generate_actions
 
-    def act(pending: list[tuple]) -> list[str]:
+    def act(live) -> list[str]:
         model, tokenizer = policy["model"], policy["tokenizer"]
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                return generate_actions(model, tokenizer, [env.render(obs) for _, env, obs, _, _ in pending],
+                return generate_actions(model, tokenizer, [e.env.render(e.observation) for e in live],
                                         greedy=True, max_new_tokens=max_new_tokens)
         finally:
             model.train(was_training)
@@ -55,16 +41,17 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     environment's penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive
     reward."""
     g = config.grpo
+    spec = get_spec(config.env)
     if g.continuation == "policy":
         if policy is None:
             raise ValueError("grpo.continuation is 'policy' but no policy model was given to the reward function")
         continuation = model_continuation(policy, g.max_completion_length)
     else:
-        continuation = policy_continuation(make_policy(g.reference_policy))
+        continuation = policy_actor(spec.make_policy(config.reference_policy))
     envs = []
     blocklist = [b.lower() for b in g.blocklist]
 
-    explore_env = make_env(config.env)
+    explore_env = spec.make_env()
 
     def log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric) -> None:
         """explore/* metrics (lib/explore.py): did some sample beat the reference's own action at its state, and
@@ -97,13 +84,13 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
         rules: dict[str, int] = {}
         components_sum: dict[str, float] = {}
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        envs.extend(make_env(config.env) for _ in range(len(texts) - len(envs)))
+        envs.extend(spec.make_env() for _ in range(len(texts) - len(envs)))
         scored = action_returns(envs, [(s, sp, json.loads(h), t) for s, sp, h, t in zip(seed, split, history, texts)],
                                 continuation)
         for text, (score, info) in zip(texts, scored):
             invalid += "invalid" in info
             exploits += bool(info.get("exploit"))
-            rule = anti_cheat_rule(info)
+            rule = spec.anti_cheat_rule(info) if "invalid" not in info else None
             if rule is not None:
                 rules[rule] = rules.get(rule, 0) + 1
             for name, value in info["components"].items():
@@ -124,7 +111,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
             log_metric("env/exploit_rate", exploits / n)
             for name, total in components_sum.items():
                 log_metric(f"env/component/{name}", total / n)
-            for name in ANTI_CHEAT_RULES:
+            for name in spec.anti_cheat_rules:
                 log_metric(f"env/anti_cheat/{name}", rules.get(name, 0) / n)
         log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric)
         return rewards

@@ -1,43 +1,11 @@
-"""Baseline policies: random, the heuristic SFT teacher, the oracle ceiling and trivial policies.
-
-Used by `python -m lib baselines`, the SFT corpus (heuristic transcripts) and GRPO step mode (a reference
-policy finishes the episode). Every policy answers with the canonical action text, like a model would.
-"""
+"""PolyGuard's scripted policies: the heuristic SFT teacher, the oracle ceiling, the evidence-reading expert and
+the trivial policies. Every policy answers with the canonical action text, like a model would."""
 from __future__ import annotations
 
-import random
-
-from .envs.base import Candidate, format_action
-from .envs.polyguard.env import Observation, PolyGuardEnv
-from .envs.polyguard.scenario import detect_problems
-
-
-def _by_key(observation: Observation, key: tuple) -> Candidate | None:
-    return next((c for c in observation.candidates if c.key == key), None)
-
-
-def _by_kind(observation: Observation, kind: str) -> Candidate | None:
-    return next((c for c in observation.candidates if c.kind == kind), None)
-
-
-class Policy:
-    name = "policy"
-
-    def begin(self, seed: int) -> None:
-        """Called at the start of every episode."""
-
-    def act(self, observation: Observation, env: PolyGuardEnv) -> str:
-        raise NotImplementedError
-
-
-class RandomPolicy(Policy):
-    name = "random"
-
-    def begin(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-
-    def act(self, observation, env):
-        return format_action(self.rng.choice(observation.candidates).id)
+from ..base import Policy, format_action
+from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, by_kind, first_of_kinds
+from .env import PolyGuardEnv
+from .scenario import detect_problems
 
 
 class HeuristicPolicy(Policy):
@@ -60,10 +28,10 @@ class HeuristicPolicy(Policy):
                 target = finding.drug
             else:
                 continue
-            stop = _by_key(observation, ("stop", target))
+            stop = by_key(observation, ("stop", target))
             if stop is not None:
                 return format_action(stop.id)
-        return format_action(_by_kind(observation, "finish").id)
+        return format_action(by_kind(observation, "finish").id)
 
 
 class OraclePolicy(Policy):
@@ -77,7 +45,7 @@ class OraclePolicy(Policy):
         key = self._next_key(env)
         if key[0] not in ("finish",) and key[1] not in env.gathered:
             key = ("gather", key[1])
-        chosen = _by_key(observation, key) or _by_kind(observation, "finish")
+        chosen = by_key(observation, key) or by_kind(observation, "finish")
         return format_action(chosen.id)
 
     def _next_key(self, env: PolyGuardEnv) -> tuple:
@@ -98,7 +66,7 @@ class OraclePolicy(Policy):
     def _fixes(self, env: PolyGuardEnv, problem, current):
         treated = {env.kb.drugs[d].indication for d in env.regimen}
         for drug in problem.drugs:
-            options = [("stop", drug)] + [("substitute", drug, alt) for alt in env._alternatives(drug)]
+            options = [("stop", drug)] + [("substitute", drug, alt) for alt in env.alternatives(drug)]
             if problem.kind == "renal" and problem.detail == "reduce":
                 options.append(("reduce", drug))
             for key in options:
@@ -131,10 +99,10 @@ class EvidenceExpert(Policy):
             if f.kind == "alternative" and f.detail == "ok":
                 safe.setdefault(f.drug, f.other)
         for key in self._fixes(observation, order, safe):
-            chosen = _by_key(observation, key)
+            chosen = by_key(observation, key)
             if chosen is not None:
                 return format_action(chosen.id)
-        return format_action(_by_kind(observation, "finish").id)
+        return format_action(by_kind(observation, "finish").id)
 
     @staticmethod
     def _fixes(observation, order, safe):
@@ -160,73 +128,13 @@ class EvidenceExpert(Policy):
                 yield ("monitor", f.drug)
 
 
-class AlwaysFinish(Policy):
-    name = "always_finish"
+AlwaysFinish = first_of_kinds("always_finish", (), "finish", "Finishes at once, changing nothing.")
+StopEverything = first_of_kinds("stop_everything", ("stop", "gather"), "finish", "Stops every drug it can.")
+MonitorEverything = first_of_kinds("monitor_everything", ("monitor", "gather"), "finish",
+                                   "'Flag everything': orders monitoring on every drug and changes nothing.")
+ReviewEveryStep = first_of_kinds("review_every_step", ("review",), "finish", "Asks for a pharmacist review every step.")
 
-    def act(self, observation, env):
-        return format_action(_by_kind(observation, "finish").id)
-
-
-class _FirstOfKinds(Policy):
-    kinds: tuple[str, ...] = ()
-
-    def act(self, observation, env):
-        for kind in self.kinds:
-            candidate = _by_kind(observation, kind)
-            if candidate is not None:
-                return format_action(candidate.id)
-        return format_action(_by_kind(observation, "finish").id)
-
-
-class StopEverything(_FirstOfKinds):
-    name = "stop_everything"
-    kinds = ("stop", "gather")
-
-
-class MonitorEverything(_FirstOfKinds):
-    """'Flag everything': orders monitoring on every drug and changes nothing."""
-
-    name = "monitor_everything"
-    kinds = ("monitor", "gather")
-
-
-class ReviewEveryStep(_FirstOfKinds):
-    name = "review_every_step"
-    kinds = ("review",)
-
-
-class FirstCandidate(Policy):
-    name = "first_candidate"
-
-    def act(self, observation, env):
-        return format_action(observation.candidates[0].id)
-
-
-class RepeatLast(Policy):
-    """Repeats its previous action (the same candidate if still offered, else the same text)."""
-
-    name = "repeat_last"
-
-    def begin(self, seed: int) -> None:
-        self.last: tuple[tuple, str] | None = None
-
-    def act(self, observation, env):
-        if self.last is None:
-            chosen = observation.candidates[0]
-        else:
-            chosen = _by_key(observation, self.last[0])
-            if chosen is None:
-                return self.last[1]
-        self.last = (chosen.key, format_action(chosen.id))
-        return self.last[1]
-
-
-BASELINES = {p.name: p for p in (RandomPolicy, HeuristicPolicy, OraclePolicy, EvidenceExpert)}
-TRIVIAL = {p.name: p for p in (AlwaysFinish, StopEverything, FirstCandidate, RepeatLast, ReviewEveryStep, MonitorEverything)}
-ALL_POLICIES = {**BASELINES, **TRIVIAL}
-
-
-def make_policy(name: str) -> Policy:
-    if name not in ALL_POLICIES:
-        raise ValueError(f"unknown policy {name!r}; available: {sorted(ALL_POLICIES)}")
-    return ALL_POLICIES[name]()
+POLICIES = {p.name: p for p in (RandomPolicy, HeuristicPolicy, OraclePolicy, EvidenceExpert, AlwaysFinish, StopEverything,
+                                FirstCandidate, RepeatLast, ReviewEveryStep, MonitorEverything)}
+BASELINES = ("random", "heuristic", "oracle", "evidence_expert")
+TRIVIAL = ("always_finish", "stop_everything", "first_candidate", "repeat_last", "review_every_step", "monitor_everything")

@@ -18,14 +18,14 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from .checkpoints import verify_checkpoint, write_checkpoint_manifest
-from .config import RunConfig
+from ..config import RunConfig
 from .corpus import read_jsonl
-from .embedded import source_record
-from .envs import make_env
+from ..embedded import source_record
+from ..envs import get_spec
 from .explore import candidate_cover_rollout
-from .models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
+from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from .reward import make_reward_function
-from .runs import Run, seed_everything
+from ..runs import Run, seed_everything
 
 
 class NonFiniteLossError(RuntimeError):
@@ -99,7 +99,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     out = run.stage_dir("sft")
     base = config.model.name
     if is_tiny(config.model):
-        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [_kb_text(config)]
+        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [get_spec(config.env).vocabulary()]
         base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
@@ -136,12 +136,6 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
                                    "train_tokens": tokens, "train_runtime_s": round(runtime, 3),
                                    "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
                                    "weights_sha256": weights_sha256(model_dir), "full_finetune": not adapter})
-
-
-def _kb_text(config: RunConfig) -> str:
-    """Every knowledge-base name, so the tokenizer covers drugs that train prompts never showed."""
-    kb = make_env(config.env).kb
-    return " ".join(sorted(set(kb.drugs) | set(kb.conditions) | {d.drug_class for d in kb.drugs.values()}))
 
 
 def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:

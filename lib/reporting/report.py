@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import atomic_write_text
-from .runs import read_json_record
+from ..io import atomic_write_text
+from ..runs import read_json_record
 
 
 def _ci(values) -> str:
@@ -24,10 +24,11 @@ def headline(report: dict) -> str:
     """The claim sentence, from eval.json's holdout split. Says "not improved" unless the paired CI supports it."""
     split = report["splits"]["holdout"]
     p, paired = split["policies"], split["paired"]
-    grpo_sft, grpo_teacher = paired["grpo-sft"], paired["grpo-heuristic"]
-    return (f"On {p['grpo']['n']} held-out episodes, GRPO returned {p['grpo']['mean_return']:.3f} {_ci(p['grpo']['ci95'])}, "
-            f"SFT {p['sft']['mean_return']:.3f} {_ci(p['sft']['ci95'])} and the heuristic teacher "
-            f"{p['heuristic']['mean_return']:.3f} {_ci(p['heuristic']['ci95'])}. "
+    grpo_sft, grpo_teacher = paired["grpo-sft"], paired["grpo-teacher"]
+    teacher = report["roles"]["teacher"]
+    return (f"On {p['grpo']['n']} held-out {report['env']} episodes, GRPO returned {p['grpo']['mean_return']:.3f} "
+            f"{_ci(p['grpo']['ci95'])}, SFT {p['sft']['mean_return']:.3f} {_ci(p['sft']['ci95'])} and the teacher "
+            f"({teacher}) {p[teacher]['mean_return']:.3f} {_ci(p[teacher]['ci95'])}. "
             f"GRPO - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
             f"**{'improved' if report['improved'] else 'not improved'}**. "
             f"GRPO - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
@@ -103,3 +104,14 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
     path = run_dir / "report.md"
     atomic_write_text(path, "\n".join(parts) + "\n")
     return path
+
+
+def run_report(config, run) -> dict:
+    """Stage `report`: the gate's verdict (gate.json), every chart (charts/) and report.md, from the run's files."""
+    from . import plots
+    from .gate import run_gate
+
+    verdict = run_gate(run.dir)
+    charts = plots.draw_all(run.dir)
+    path = write_report(run.dir, verdict, charts)
+    return {"verdict": verdict, "charts": charts, "report": path}

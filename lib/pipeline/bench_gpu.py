@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from .config import load_config
-from .corpus import read_jsonl, run_corpus
-from .models import cuda_available, load_model, resolved_precision
-from .runs import Run, hardware, package_versions
+from ..config import load_config
+from ..training.corpus import read_jsonl, run_corpus
+from ..models import cuda_available, load_model, resolved_precision
+from ..runs import Run, hardware, package_versions
 
 # The bars, for an H100 with the gpu-smollm2 profile.
 BARS = {"sft_stage_vs_bare_ratio_min": 0.30, "grpo_step_s_max": 0.7, "eval_episodes_per_s_min": 20.0}
@@ -168,8 +168,9 @@ def _grpo_timings(log_path: Path) -> dict:
 
 def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 30, grpo_steps: int = 6,
               eval_episodes: int = 200, bare_batches: int = 10, workdir: Path | None = None) -> dict:
-    from .evaluate import load_policy_model, run_model_episodes
-    from .train import run_grpo, run_sft
+    from ..evaluation.evaluate import run_model_episodes
+    from ..inference import load_policy_model
+    from ..training.train import run_grpo, run_sft
 
     config = load_config(profile, {**(overrides or {}), "sft.max_steps": sft_steps, "grpo.max_steps": grpo_steps})
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=workdir))
@@ -196,15 +197,15 @@ def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 3
         _reset_peak()
         model, tokenizer, source = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
         calls = []
-        from . import evaluate
+        from .. import inference
 
-        real_generate = evaluate.generate_actions
+        real_generate = inference.generate_actions
 
         def counted(model, tokenizer, message_batches, **kwargs):
             calls.append(len(message_batches))
             return real_generate(model, tokenizer, message_batches, **kwargs)
 
-        evaluate.generate_actions = counted
+        inference.generate_actions = counted
         try:
             _sync()
             began = time.perf_counter()
@@ -214,7 +215,7 @@ def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 3
             _sync()
             eval_s = time.perf_counter() - began
         finally:
-            evaluate.generate_actions = real_generate
+            inference.generate_actions = real_generate
         eval_peak = _peak_mb()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -10,11 +10,23 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .io import atomic_write_json, sha256_file, weights_sha256
-from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
+from ..io import atomic_write_json, sha256_file, weights_sha256
+from ..runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
 OUTCOME_CHECKS = ("improved", "beats_teacher")  # depend on whether training worked, not on whether the run is honest
+
+
+# Each stage's recorded params, as the manifest's config says they must be.
+STAGE_PARAMS = {
+    "corpus": lambda c: c.corpus.model_dump(mode="json"),
+    "baselines": lambda c: {"episodes": c.eval.episodes},
+    "sft": lambda c: c.sft.model_dump(mode="json"),
+    "grpo": lambda c: c.grpo.model_dump(mode="json"),
+    "evaluate": lambda c: c.eval.model_dump(mode="json"),
+    "export": lambda c: c.export.model_dump(mode="json"),
+    "postsave": lambda c: {"episodes": c.export.postsave_episodes},
+}
 
 
 class GateFailure(Exception):
@@ -59,7 +71,15 @@ def _manifest(run_dir: Path) -> str:
     for name, digest in (manifest.get("corpus_hashes") or {}).items():
         actual = sha256_file(run_dir / "corpus" / name) if (run_dir / "corpus" / name).is_file() else "missing"
         _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
-    return f"profile {config.profile}, {len(recorded)} stages recorded and on disk, corpus hashes match"
+    for stage in on_disk:
+        expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
+        if expected is not None:
+            params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params")
+            differ = sorted(k for k in set(params or {}) | set(expected(config))
+                            if (params or {}).get(k) != expected(config).get(k))
+            _require(not differ, f"{stage}/stage.json ran with other settings than {path}'s config: {differ}")
+    return (f"profile {config.profile}, env {config.env}, {len(recorded)} stages recorded and on disk, each run with "
+            "the manifest's config, corpus hashes match")
 
 
 def _backends(run_dir: Path) -> str:
@@ -90,7 +110,7 @@ def _postsave(run_dir: Path) -> str:
 
 
 def _provenance(run_dir: Path) -> str:
-    from .evaluate import check_provenance
+    from ..evaluation.evaluate import check_provenance
 
     report = _read(run_dir, "evaluate/eval.json")
     grpo = _read(run_dir, "grpo/stage.json")
@@ -114,7 +134,7 @@ def _anti_hacking(run_dir: Path) -> str:
 def _claim_honest(run_dir: Path) -> str:
     report = _read(run_dir, "evaluate/eval.json")
     details = []
-    for claim, pair in (("improved", "grpo-sft"), ("beats_teacher", "grpo-heuristic")):
+    for claim, pair in (("improved", "grpo-sft"), ("beats_teacher", "grpo-teacher")):
         paired = report["splits"]["holdout"]["paired"][pair]
         _require(report[claim] == (paired["ci95"][0] > 0),
                  f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}")
@@ -130,7 +150,7 @@ def _improved(run_dir: Path) -> str:
 
 
 def _beats_teacher(run_dir: Path) -> str:
-    paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-heuristic"]
+    paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-teacher"]
     _require(paired["ci95"][0] > 0, f"does not beat the teacher: GRPO-teacher on holdout is {paired['mean']:+.3f}, "
                                     f"paired 95% CI {_ci(paired)} does not lie above zero")
     return f"GRPO-teacher {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"

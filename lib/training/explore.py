@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .envs.base import format_action
+from ..envs.base import format_action
 
 
 @torch.no_grad()
@@ -117,20 +117,20 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
     over the candidates (entropy, mass on candidates, probability of a best action) and the exploration
     metrics GRPO would log there with `grpo.num_generations` samples, in expectation. Split into all states and
     the improvable ones (some candidate beats the reference's own choice by `margin`)."""
+    from ..envs import get_spec
+    from ..episodes import candidate_returns
+    from ..inference import load_policy_model
     from .corpus import read_jsonl
-    from .envs import make_env
-    from .evaluate import load_policy_model
-    from .policies import make_policy
-    from .rollouts import candidate_returns
 
     model, tokenizer, source = load_policy_model(model_dir, config.model, adapter)
-    env = make_env(config.env)
+    spec = get_spec(config.env)
+    env = spec.make_env()
     rows = read_jsonl(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"])[:states]
     per_state = []
     for row in rows:
         observation = env.restore(row["seed"], row["split"], row["history"])
         returns = candidate_returns(env, row["seed"], row["split"], row["history"], observation,
-                                    make_policy(config.grpo.reference_policy))
+                                    spec.make_policy(config.reference_policy))
         spread = policy_candidate_distribution(model, tokenizer, row["prompt"], observation)
         best = max(returns.values())
         reference = row["reference_return"]
@@ -139,7 +139,8 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
         best_answer = max(returns, key=returns.get)
         per_state.append({"improvable": best - reference >= margin, "entropy": spread["entropy"], "mass": spread["mass"],
                           "p_best": sum(p for a, p in absolute.items() if returns[a] == best),
-                          "best_kind": best_answer.split('"')[3].split(":")[0], **expected})
+                          "best_kind": {format_action(c.id): c.kind for c in observation.candidates}[best_answer],
+                          **expected})
 
     def summary(items):
         if not items:
@@ -166,7 +167,7 @@ def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, co
     import json
     import random
 
-    from .envs import make_env
+    from ..envs import make_env
 
     by_prompt = {json.dumps(r["prompt"], sort_keys=True): r for r in rows}
     env = make_env(env_name)
@@ -202,7 +203,7 @@ def ablation_table(runs: list, split: str = "holdout") -> str:
     import json
     from pathlib import Path
 
-    from .stats import paired_difference
+    from ..stats import paired_difference
 
     def load(run):
         run = Path(run)
@@ -230,7 +231,7 @@ def ablation_table(runs: list, split: str = "holdout") -> str:
         change = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(base recipe)"
         versus = "reference" if run == runs[0] else ci(paired_difference(returns, reference))
         lines.append(f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
-                     f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-heuristic'])} | "
+                     f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-teacher'])} | "
                      f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
                      f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |")
     return "\n".join(lines)

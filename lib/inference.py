@@ -1,0 +1,72 @@
+"""Loading a saved policy model with its provenance record, batched greedy or sampled generation, and the
+model as an episode actor. Used by evaluation, post-save, the GRPO reward's policy continuation and the probes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .embedded import resolve_model_source
+from .envs.base import Invalid, parse_action
+from .models import load_model, weights_sha256
+
+
+def artifact_folder(path_or_id: str | Path) -> Path:
+    """The local folder holding a model's weights: the path itself, or the hub cache snapshot of a hub id."""
+    path = Path(resolve_model_source(path_or_id))
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(path_or_id), local_files_only=True))
+
+
+def load_policy_model(model_dir: str | Path, model_config, adapter_dir: str | Path | None = None):
+    """Load a saved model (optionally with a LoRA adapter merged in memory) and its provenance record."""
+    model, tokenizer, _ = load_model(model_dir, model_config, trainable=False)
+    source = {"path": str(model_dir), "sha256": weights_sha256(artifact_folder(model_dir))}
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        source = {"path": str(adapter_dir), "sha256": weights_sha256(Path(adapter_dir)), "base": source}
+    model.eval()
+    return model, tokenizer, source
+
+
+@torch.no_grad()
+def generate_actions(model, tokenizer, message_batches, *, greedy: bool, max_new_tokens: int = 16,
+                     temperature: float = 1.0) -> list[str]:
+    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in message_batches]
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    sampling = {} if greedy else {"temperature": temperature, "top_k": 0, "top_p": 1.0}
+    output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=not greedy,
+                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **sampling)
+    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+    return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+def model_actor(model, tokenizer, *, greedy: bool = True, max_new_tokens: int = 16, veto_k: int = 0):
+    """An actor for `episodes.play`: one generate call answers every live episode's current state.
+
+    With `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled, up to
+    `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
+
+    def act(live) -> list[str]:
+        texts = generate_actions(model, tokenizer, [e.env.render(e.observation) for e in live],
+                                 greedy=greedy, max_new_tokens=max_new_tokens)
+        retries = [0] * len(live)
+        for _ in range(veto_k):
+            rejected = [j for j, e in enumerate(live) if isinstance(parse_action(texts[j], e.observation.candidates), Invalid)]
+            if not rejected:
+                break
+            again = generate_actions(model, tokenizer, [live[j].env.render(live[j].observation) for j in rejected],
+                                     greedy=False, max_new_tokens=max_new_tokens)
+            for j, text in zip(rejected, again):
+                texts[j], retries[j] = text, retries[j] + 1
+        if veto_k:
+            for entry, retry in zip(live, retries):
+                entry.extra["veto_retries"] = retry
+        return texts
+    return act

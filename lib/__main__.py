@@ -237,6 +237,24 @@ def _quickcheck(args) -> int:
     return 0
 
 
+def _summary(args) -> int:
+    from .io import atomic_write_text
+    from .reporting.summary import environment_table, run_results
+
+    text = run_results(args.runs[0]) if len(args.runs) == 1 else environment_table(args.runs)
+    print(text)
+    if args.out:
+        atomic_write_text(args.out, text + "\n")
+    return 0
+
+
+def _imports(args) -> int:
+    from .imports import cycles, env_violations, report
+
+    print(report())
+    return 1 if env_violations() or cycles() else 0
+
+
 def main(argv=None) -> int:
     from .envs import builtin_names
     from .pipeline.stages import STAGE_NAMES
@@ -325,6 +343,12 @@ def main(argv=None) -> int:
     w.add_argument("--episodes", type=int, required=True)
     w.add_argument("--out", type=Path, required=True)
     w.set_defaults(func=_postsave_worker)
+    u = verbs.add_parser("summary", help="Markdown results from finished runs: one run's table, or environment x policy")
+    u.add_argument("runs", nargs="+", type=Path)
+    u.add_argument("--out", type=Path, default=None)
+    u.set_defaults(func=_summary)
+    i = verbs.add_parser("imports", help="each generic module's workbook imports; fails on an environment import or a cycle")
+    i.set_defaults(func=_imports)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -269,18 +269,19 @@ def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done
 
 
 def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_seed(done, monkeypatch):
-    import lib.evaluation.evaluate as evaluate
+    import lib.evaluation.closed_loop as evaluate
+    import lib.inference as inference
 
     config, run = done
-    model, tokenizer, source = evaluate.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
+    model, tokenizer, source = inference.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
     calls = []
-    real = evaluate.generate_actions
+    real = inference.generate_actions
 
     def spy(model, tokenizer, message_batches, **kwargs):
         calls.append(len(message_batches))
         return real(model, tokenizer, message_batches, **kwargs)
 
-    monkeypatch.setattr(evaluate, "generate_actions", spy)
+    monkeypatch.setattr(inference, "generate_actions", spy)
     seeds = range(10)
     episodes, actions = evaluate.run_model_episodes(model, tokenizer, source, config.env, seeds, "holdout", batch_size=4,
                                                     max_new_tokens=config.grpo.max_completion_length)

@@ -28,7 +28,7 @@ def _write(path, obj) -> None:
 
 def _evaluation(resamples: int = 200):
     """eval.json and episodes.jsonl in the evaluate stage's format, from baseline policies' real episodes."""
-    from lib.evaluation.evaluate import _episode_records, run_policy_episodes, summarize
+    from lib.evaluation.closed_loop import episode_records, run_policy_episodes, summarize
     from lib.stats import paired_difference
 
     report, records = {"splits": {}, "ablations": {}}, []
@@ -38,7 +38,7 @@ def _evaluation(resamples: int = 200):
             episodes, actions = run_policy_episodes("polyguard", policy, seeds, split)
             summaries[name] = {"kind": "baseline" if name == "heuristic" else "model", **summarize(episodes, actions, resamples)}
             returns[name] = {e.seed: e.episode_return for e in episodes}
-            records += _episode_records(name, episodes, actions)
+            records += episode_records(name, episodes, actions)
         paired = {f"{a}-{b}": paired_difference(returns[a], returns[b], resamples=resamples) for a, b in PAIRS}
         report["splits"][split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": paired}
         if split == "holdout":
@@ -46,7 +46,7 @@ def _evaluation(resamples: int = 200):
             report["ablations"]["sampled"] = {
                 "policy": "grpo", "compared_with": "grpo greedy", **summarize(episodes, actions, resamples),
                 "paired_vs_compared": paired_difference({e.seed: e.episode_return for e in episodes}, returns["grpo"], resamples=resamples)}
-            records += _episode_records("grpo", episodes, actions, ablation="sampled")
+            records += episode_records("grpo", episodes, actions, ablation="sampled")
     report["train_holdout_gap"] = {m: report["splits"]["train"]["policies"][m]["mean_return"]
                                    - report["splits"]["holdout"]["policies"][m]["mean_return"] for m in ("untrained", "sft", "grpo")}
     return report, records

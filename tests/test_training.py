@@ -16,7 +16,7 @@ from lib.training.corpus import run_corpus
 from lib.envs.base import format_action
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY
-from lib.evaluation.evaluate import generate_actions, load_policy_model
+from lib.inference import generate_actions, load_policy_model
 from lib.envs.polyguard import SPEC
 make_policy = SPEC.make_policy
 from lib.episodes import action_return, action_returns, policy_actor, run_episode

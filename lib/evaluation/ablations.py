@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..inference import load_policy_model
-from .evaluate import _episode_records, model_artifacts, run_model_episodes, summarize
+from .closed_loop import episode_records, model_artifacts, run_model_episodes, summarize
 from ..stats import paired_difference
 
 
@@ -31,7 +31,7 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
         if baseline is not None:
             entry["paired_vs_compared"] = paired_difference({e.seed: e.episode_return for e in episodes}, baseline, resamples=resamples)
         results[name] = entry
-        records.extend(_episode_records(policy_label, episodes, actions, ablation=name))
+        records.extend(episode_records(policy_label, episodes, actions, ablation=name))
 
     for name in config.eval.ablations:
         if name == "sampled":

@@ -109,7 +109,7 @@ def build_report(config, run, eval_report: dict) -> dict:
     policy = None
     if config.grpo.continuation == "policy":  # the reward GRPO trained on: the trained policy finishes episodes
         from ..inference import load_policy_model
-        from .evaluate import model_artifacts
+        from .closed_loop import model_artifacts
 
         grpo = model_artifacts(config, run)["grpo"]
         model, tokenizer, _ = load_policy_model(grpo["model"], config.model, grpo["adapter"])
@@ -124,7 +124,7 @@ def build_report(config, run, eval_report: dict) -> dict:
         "all_attacks_passed": all(a["passed"] for a in attacks.values()),
         "rule": "each attack kind scores at most the worst legal action at the same state (GRPO reward: "
                 "episodes.action_returns + blocklist, episodes finished by the "
-                f"{'trained policy' if policy else config.grpo.reference_policy + ' policy'}), "
+                f"{'trained policy' if policy else config.reference_policy + ' policy'}), "
                 f"on every state of 20 held-out episodes of the teacher ({get_spec(config.env).teacher})",
         "trivial_policies": {name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}
                              for name, p in holdout.items() if p["kind"] == "trivial"},

@@ -168,7 +168,7 @@ def _grpo_timings(log_path: Path) -> dict:
 
 def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 30, grpo_steps: int = 6,
               eval_episodes: int = 200, bare_batches: int = 10, workdir: Path | None = None) -> dict:
-    from ..evaluation.evaluate import run_model_episodes
+    from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
     from ..training.train import run_grpo, run_sft
 

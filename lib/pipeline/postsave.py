@@ -28,7 +28,7 @@ class PostsaveError(RuntimeError):
 
 def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) -> None:
     """`python -m lib _postsave-worker`: the fresh process. Fingerprints the files, loads them, plays episodes."""
-    from ..evaluation.evaluate import run_model_episodes
+    from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
     from ..runs import read_config
 

@@ -110,7 +110,7 @@ def _postsave(run_dir: Path) -> str:
 
 
 def _provenance(run_dir: Path) -> str:
-    from ..evaluation.evaluate import check_provenance
+    from ..evaluation.closed_loop import check_provenance
 
     report = _read(run_dir, "evaluate/eval.json")
     grpo = _read(run_dir, "grpo/stage.json")

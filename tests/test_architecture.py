@@ -1,0 +1,93 @@
+"""The environment boundary and the import graph: machinery that names no environment, no import cycles, a
+registry with clear errors, and a toy environment defined outside lib/ that runs the whole pipeline."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from lib import imports
+from lib.config import ConfigError, load_config
+from lib.envs import UnknownEnvironmentError, builtin_names, get_spec
+from lib.envs.spec import EnvSpec
+
+TOY = "tests.toyenv"
+
+
+def test_no_generic_module_imports_an_environment_package():
+    edges = imports.graph()
+    assert imports.environment_packages() == builtin_names() and "polyguard" in builtin_names()
+    assert imports.env_violations(edges) == []
+    planted = {**edges, "lib.training.corpus": edges["lib.training.corpus"] | {"lib.envs.polyguard.kb"}}
+    assert imports.env_violations(planted) == ["lib.training.corpus -> lib.envs.polyguard.kb"]  # the check can fail
+
+
+def test_generic_modules_never_name_an_environment():
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, builtin_names())) + r")\b", re.IGNORECASE)
+    named = {}
+    for path in sorted(imports.ROOT.rglob("*.py")):
+        module = imports.module_name(path)
+        if imports.owner(module) is None and (hits := pattern.findall(path.read_text())):
+            named[module] = sorted(set(hits))
+    assert named == {}
+
+
+def test_the_import_graph_has_no_cycles_counting_imports_inside_functions():
+    edges = imports.graph()
+    assert imports.cycles(edges) == []
+    looped = {**edges, "lib.io": {"lib.runs"}}  # runs imports io: planting the reverse edge closes a loop
+    assert ["lib.io", "lib.runs", "lib.io"] in imports.cycles(looped)
+
+
+def test_the_imports_command_lists_every_generic_module_and_passes():
+    done = subprocess.run([sys.executable, "-m", "lib", "imports"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "lib.training.corpus: " in done.stdout and "import cycles: none" in done.stdout
+    assert "generic modules importing an environment package: none" in done.stdout
+
+
+def test_unknown_environment_is_a_clear_error_listing_the_known_ones():
+    with pytest.raises(UnknownEnvironmentError, match=r"unknown environment 'nope'; known: \['polyguard'"):
+        get_spec("nope")
+    with pytest.raises(UnknownEnvironmentError, match="cannot import"):
+        get_spec("no_such_package.env")
+    with pytest.raises(UnknownEnvironmentError, match="defines no SPEC"):
+        get_spec("lib.stats")
+    with pytest.raises(ConfigError, match="env: .*unknown environment 'nope'"):
+        load_config("cpu-smoke", {"env": "nope"})
+    with pytest.raises(ConfigError, match=r"grpo.reference_policy: \['ghost'\] are not policies of 'polyguard'"):
+        load_config("cpu-smoke", {"grpo.reference_policy": "ghost"})
+
+
+def test_a_spec_naming_a_policy_it_does_not_define_is_refused():
+    spec = get_spec(TOY)
+    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+    with pytest.raises(ValueError, match=r"names policies it does not define: \['ghost'\]"):
+        EnvSpec(**{**fields, "teacher": "ghost"})
+    with pytest.raises(ValueError, match="unknown policy 'ghost' for environment 'toy'"):
+        spec.make_policy("ghost")
+
+
+MICRO = {"env": TOY, "corpus.sft_episodes": 20, "corpus.grpo_prompts": 8, "sft.epochs": 1, "sft.batch_size": 8,
+         "sft.logging_steps": 1, "grpo.max_steps": 2, "grpo.batch_size": 8, "grpo.num_generations": 4, "eval.episodes": 8,
+         "eval.train_episodes": 4, "eval.ablation_episodes": 4, "eval.ablations": ["sampled"],
+         "eval.bootstrap_resamples": 200, "export.check_prompts": 3, "export.postsave_episodes": 2}
+
+
+def test_a_toy_environment_outside_lib_runs_the_whole_pipeline(tmp_path):
+    """corpus -> baselines -> SFT -> GRPO -> evaluate -> export -> post-save -> report + gate, on `env: tests.toyenv`:
+    nothing in lib/ knows this environment, and every integrity check of the gate passes."""
+    from lib.pipeline.stages import STAGE_NAMES, run_stage
+    from lib.runs import Run
+
+    config = load_config("cpu-smoke", MICRO)
+    run = Run(tmp_path / "toy-run", config)
+    results = {stage: run_stage(stage, config, run) for stage in STAGE_NAMES}
+    verdict = results["report"]["verdict"]
+    failed = [c for c in verdict["checks"] if not c["passed"] and c["name"] not in ("improved", "beats_teacher")]
+    assert verdict["integrity_passed"], failed
+    report = (run.dir / "report.md").read_text()
+    assert "held-out tests.toyenv episodes" in report and "teacher (stride_two)" in report
+    anti = results["evaluate"]["metrics"]
+    assert anti["all_attacks_passed"] and {"holdout/stride_two", "holdout/oracle", "holdout/repeat_last"} <= set(anti)
+    assert anti["holdout/oracle"] == 1.0 and anti["holdout/stride_two"] == pytest.approx(1 / 3)

@@ -18,6 +18,7 @@ What it does, in order:
 Modes: `auto` (Unsloth when importable: backend `trl_unsloth`) and `never` (`trl_transformers`). `auto` is skipped,
 with the reason recorded, when `import unsloth` fails. Exits 2 with a message when CUDA is absent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,53 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "t4-qwen0.5b"
 # Qwen/Qwen2.5-0.5B-Instruct's config.json shape (vocab 151,936 including padding; tied embeddings).
-QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
-                  rope_theta=1000000.0, rms_norm_eps=1e-6)
+QWEN25_05B = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+)
 # Only for checking this script's plumbing on a machine without a GPU (--allow-cpu --small); never a benchmark.
-SMALL = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=16384)
-PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "tokenizers", "pydantic", "triton",
-            "unsloth", "unsloth_zoo", "bitsandbytes", "xformers", "torchao", "cut_cross_entropy", "huggingface_hub")
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+SMALL = dict(
+    QWEN25_05B,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=16384,
+)
+PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "datasets",
+    "accelerate",
+    "tokenizers",
+    "pydantic",
+    "triton",
+    "unsloth",
+    "unsloth_zoo",
+    "bitsandbytes",
+    "xformers",
+    "torchao",
+    "cut_cross_entropy",
+    "huggingface_hub",
+)
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 def versions() -> dict:
@@ -73,8 +111,14 @@ def child(mem_path: str, argv: list[str]) -> int:
         dtypes: dict[str, int] = {}
         for parameter in model.parameters():
             dtypes[str(parameter.dtype)] = dtypes.get(str(parameter.dtype), 0) + parameter.numel()
-        loaded.append({"backend": backend, "parameter_dtypes": dtypes, "class": type(model).__name__,
-                       "config_dtype": str(getattr(model.config, "dtype", None))})
+        loaded.append(
+            {
+                "backend": backend,
+                "parameter_dtypes": dtypes,
+                "class": type(model).__name__,
+                "config_dtype": str(getattr(model.config, "dtype", None)),
+            }
+        )
         return model, tokenizer, backend
 
     lib.models.load_model = observed_load_model
@@ -144,14 +188,15 @@ def run_stage(lib_argv: list[str], log_path: Path, env: dict) -> dict:
 
 
 def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: int, save_dtype: str, seed: int) -> dict:
-    """Tokenizer from the corpus (lib.models.train_tokenizer), random Qwen2.5-0.5B-shaped model, saved as an HF folder."""
+    """Tokenizer from the corpus (lib.models.train_tokenizer), random Qwen2.5-0.5B-shaped model, saved as an HF
+    folder."""
     sys.path.insert(0, str(REPO))
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from lib.training.corpus import read_jsonl
     from lib.models import train_tokenizer
     from lib.runs import read_config
+    from lib.training.corpus import read_jsonl
     from lib.training.train import _kb_text
 
     began = time.perf_counter()
@@ -162,7 +207,9 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     if len(tokenizer) > shape["vocab_size"]:
         raise ValueError(f"tokenizer has {len(tokenizer)} tokens, more than vocab_size {shape['vocab_size']}")
     torch.manual_seed(seed)
-    qwen = Qwen2Config(**shape, bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    qwen = Qwen2Config(
+        **shape, bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     model = Qwen2ForCausalLM(qwen)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -171,16 +218,28 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     shutil.rmtree(model_dir, ignore_errors=True)
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    prompt_tokens = [len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
-                                                     return_dict=True)["input_ids"]) for r in rows]
-    return {"folder": str(model_dir), "save_dtype": save_dtype, "shape": shape,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "folder_mb": round(sum(f.stat().st_size for f in model_dir.iterdir()) / 2**20, 1),
-            "tokenizer_len": len(tokenizer), "tokenizer_vocab_requested": tokenizer_vocab,
-            "sft_prompt_tokens_mean": round(statistics.mean(prompt_tokens), 1), "sft_prompt_tokens_max": max(prompt_tokens),
-            "build_s": round(time.perf_counter() - began, 2),
-            "note": "random weights; tokenizer is a byte-level BPE trained on this corpus (lib.models.train_tokenizer), "
-                    "not Qwen's, so token counts per prompt differ from the real model's"}
+    prompt_tokens = [
+        len(
+            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        for r in rows
+    ]
+    return {
+        "folder": str(model_dir),
+        "save_dtype": save_dtype,
+        "shape": shape,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "folder_mb": round(sum(f.stat().st_size for f in model_dir.iterdir()) / 2**20, 1),
+        "tokenizer_len": len(tokenizer),
+        "tokenizer_vocab_requested": tokenizer_vocab,
+        "sft_prompt_tokens_mean": round(statistics.mean(prompt_tokens), 1),
+        "sft_prompt_tokens_max": max(prompt_tokens),
+        "build_s": round(time.perf_counter() - began, 2),
+        "note": "random weights; tokenizer is a byte-level BPE trained on this corpus (lib.models.train_tokenizer), "
+        "not Qwen's, so token counts per prompt differ from the real model's",
+    }
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -196,18 +255,27 @@ def _median(values):
 
 
 def summarize_sft(run_dir: Path, record: dict) -> dict:
-    stage = json.loads((run_dir / "sft" / "stage.json").read_text()) if (run_dir / "sft" / "stage.json").exists() else {}
+    stage = (
+        json.loads((run_dir / "sft" / "stage.json").read_text()) if (run_dir / "sft" / "stage.json").exists() else {}
+    )
     log = read_jsonl(run_dir / "sft" / "train_log.jsonl")
     final = next((r for r in reversed(log) if "train_runtime" in r), {})
     tokens = [r["num_tokens"] for r in log if "num_tokens" in r]
     metrics = stage.get("metrics", {})
-    out = {"status": stage.get("status"), "backend": metrics.get("backend"), "logprob_kernel": metrics.get("logprob_kernel"),
-           "steps": metrics.get("steps"), "stage_duration_s": stage.get("duration_s"),
-           "loss_first": metrics.get("loss_first"), "loss_last": metrics.get("loss_last"),
-           "train_runtime_s": final.get("train_runtime"), "train_steps_per_second": final.get("train_steps_per_second"),
-           "train_samples_per_second": final.get("train_samples_per_second"),
-           "num_tokens": tokens[-1] if tokens else None,
-           "peak_memory_mb_train_log": max((r["peak_memory_mb"] for r in log), default=None)}
+    out = {
+        "status": stage.get("status"),
+        "backend": metrics.get("backend"),
+        "logprob_kernel": metrics.get("logprob_kernel"),
+        "steps": metrics.get("steps"),
+        "stage_duration_s": stage.get("duration_s"),
+        "loss_first": metrics.get("loss_first"),
+        "loss_last": metrics.get("loss_last"),
+        "train_runtime_s": final.get("train_runtime"),
+        "train_steps_per_second": final.get("train_steps_per_second"),
+        "train_samples_per_second": final.get("train_samples_per_second"),
+        "num_tokens": tokens[-1] if tokens else None,
+        "peak_memory_mb_train_log": max((r["peak_memory_mb"] for r in log), default=None),
+    }
     if tokens and final.get("train_runtime"):
         out["tokens_per_s"] = round(tokens[-1] / final["train_runtime"], 1)
     steady = [r["throughput_tokens_per_s"] for r in log if "throughput_tokens_per_s" in r][1:]
@@ -216,36 +284,72 @@ def summarize_sft(run_dir: Path, record: dict) -> dict:
 
 
 def summarize_grpo(run_dir: Path, record: dict) -> dict:
-    stage = json.loads((run_dir / "grpo" / "stage.json").read_text()) if (run_dir / "grpo" / "stage.json").exists() else {}
+    stage = (
+        json.loads((run_dir / "grpo" / "stage.json").read_text()) if (run_dir / "grpo" / "stage.json").exists() else {}
+    )
     log = read_jsonl(run_dir / "grpo" / "train_log.jsonl")
-    steps = [{"step": r["step"], "step_time": r.get("step_time"), "generation_s": r.get("time/generation_s"),
-              "reward_s": r.get("time/reward_s"), "backward_s": r.get("time/backward_s"), "reward": r.get("reward"),
-              "completion_mean_length": r.get("completions/mean_length"), "peak_memory_mb": r.get("peak_memory_mb")}
-             for r in log if "step_time" in r]
+    steps = [
+        {
+            "step": r["step"],
+            "step_time": r.get("step_time"),
+            "generation_s": r.get("time/generation_s"),
+            "reward_s": r.get("time/reward_s"),
+            "backward_s": r.get("time/backward_s"),
+            "reward": r.get("reward"),
+            "completion_mean_length": r.get("completions/mean_length"),
+            "peak_memory_mb": r.get("peak_memory_mb"),
+        }
+        for r in log
+        if "step_time" in r
+    ]
     final = next((r for r in reversed(log) if "train_runtime" in r), {})
     later = steps[1:]  # the first step carries one-off warm-up (kernel compiles, allocator growth)
     metrics = stage.get("metrics", {})
-    return {**record, "status": stage.get("status"), "backend": metrics.get("backend"),
-            "logprob_kernel": metrics.get("logprob_kernel"), "steps": metrics.get("steps"),
-            "stage_duration_s": stage.get("duration_s"), "train_runtime_s": final.get("train_runtime"),
-            "reward_mean": metrics.get("reward_mean"), "frac_reward_zero_std_mean": metrics.get("frac_reward_zero_std_mean"),
-            "peak_memory_mb_train_log": max((r["peak_memory_mb"] for r in log), default=None),
-            "first_step_s": steps[0]["step_time"] if steps else None,
-            "after_first": {"n": len(later), **{f"{k}_median": _median([s[k] for s in later if s[k] is not None])
-                                                for k in ("step_time", "generation_s", "reward_s", "backward_s")},
-                            **{f"{k}_mean": _mean([s[k] for s in later if s[k] is not None])
-                               for k in ("step_time", "generation_s", "reward_s", "backward_s")}},
-            "per_step": steps}
+    return {
+        **record,
+        "status": stage.get("status"),
+        "backend": metrics.get("backend"),
+        "logprob_kernel": metrics.get("logprob_kernel"),
+        "steps": metrics.get("steps"),
+        "stage_duration_s": stage.get("duration_s"),
+        "train_runtime_s": final.get("train_runtime"),
+        "reward_mean": metrics.get("reward_mean"),
+        "frac_reward_zero_std_mean": metrics.get("frac_reward_zero_std_mean"),
+        "peak_memory_mb_train_log": max((r["peak_memory_mb"] for r in log), default=None),
+        "first_step_s": steps[0]["step_time"] if steps else None,
+        "after_first": {
+            "n": len(later),
+            **{
+                f"{k}_median": _median([s[k] for s in later if s[k] is not None])
+                for k in ("step_time", "generation_s", "reward_s", "backward_s")
+            },
+            **{
+                f"{k}_mean": _mean([s[k] for s in later if s[k] is not None])
+                for k in ("step_time", "generation_s", "reward_s", "backward_s")
+            },
+        },
+        "per_step": steps,
+    }
 
 
 def unsloth_probe(env: dict) -> dict:
     if metadata_version("unsloth") is None:
         return {"installed": False, "importable": False, "error": "unsloth is not installed"}
-    proc = subprocess.run([sys.executable, "-c", "import unsloth, sys; print('unsloth', unsloth.__version__)"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import unsloth, sys; print('unsloth', unsloth.__version__)"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    return {"installed": True, "importable": proc.returncode == 0,
-            "error": None if proc.returncode == 0 else "\n".join(lines[-25:]), "import_output_tail": lines[-10:]}
+    return {
+        "installed": True,
+        "importable": proc.returncode == 0,
+        "error": None if proc.returncode == 0 else "\n".join(lines[-25:]),
+        "import_output_tail": lines[-10:],
+    }
 
 
 def metadata_version(name: str):
@@ -261,8 +365,12 @@ def source_info() -> dict:
     if marker.exists():
         return {"sha": marker.read_text().strip(), "how": "git archive snapshot (SOURCE_SHA)", "path": str(REPO)}
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip())
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        )
         return {"sha": sha, "dirty": dirty, "how": "git", "path": str(REPO)}
     except (OSError, subprocess.CalledProcessError):
         return {"sha": None, "how": "unknown (no git, no SOURCE_SHA)", "path": str(REPO)}
@@ -271,15 +379,28 @@ def source_info() -> dict:
 def device_info() -> dict:
     import torch
 
-    info = {"cuda": torch.cuda.is_available(), "torch_cuda": torch.version.cuda, "python": platform.python_version(),
-            "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    info = {
+        "cuda": torch.cuda.is_available(),
+        "torch_cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+    }
     if info["cuda"]:
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_memory_mb=round(props.total_memory / 2**20), capability=f"{props.major}.{props.minor}",
-                    bf16_supported=torch.cuda.is_bf16_supported())
+        info.update(
+            gpu=props.name,
+            gpu_memory_mb=round(props.total_memory / 2**20),
+            capability=f"{props.major}.{props.minor}",
+            bf16_supported=torch.cuda.is_bf16_supported(),
+        )
         try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=30).stdout.strip()
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
         except OSError:
             pass
     return info
@@ -290,8 +411,11 @@ def fmt(value, spec=".1f"):
 
 
 def table(result: dict) -> str:
-    head = (f"{'mode':<6} {'backend':<17} {'prec':<5} {'SFT steps':>9} {'SFT tok/s':>9} {'SFT it/s':>8} "
-            f"{'SFT peak MB':>11} {'GRPO s/step':>11} {'gen':>6} {'reward':>6} {'rest':>6} {'GRPO peak MB':>12} {'status':<10}")
+    head = (
+        f"{'mode':<6} {'backend':<17} {'prec':<5} {'SFT steps':>9} {'SFT tok/s':>9} {'SFT it/s':>8} "
+        f"{'SFT peak MB':>11} {'GRPO s/step':>11} {'gen':>6} {'reward':>6} {'rest':>6} {'GRPO peak MB':>12} "
+        f"{'status':<10}"
+    )
     lines = [head, "-" * len(head)]
     for mode, run in result["runs"].items():
         if run.get("skipped"):
@@ -300,14 +424,19 @@ def table(result: dict) -> str:
         sft, grpo = run.get("sft", {}), run.get("grpo", {})
         a = grpo.get("after_first", {})
         status = "ok" if sft.get("rc") == 0 and grpo.get("rc") == 0 else "FAILED"
-        lines.append(f"{mode:<6} {str(sft.get('backend') or grpo.get('backend')):<17} {run['precision']:<5} "
-                     f"{fmt(sft.get('steps'), 'd') if sft.get('steps') is not None else '-':>9} {fmt(sft.get('tokens_per_s'), '.0f'):>9} "
-                     f"{fmt(sft.get('train_steps_per_second'), '.2f'):>8} {fmt(sft.get('max_memory_allocated_mb'), '.0f'):>11} "
-                     f"{fmt(a.get('step_time_median'), '.2f'):>11} {fmt(a.get('generation_s_median'), '.2f'):>6} "
-                     f"{fmt(a.get('reward_s_median'), '.2f'):>6} {fmt(a.get('backward_s_median'), '.2f'):>6} "
-                     f"{fmt(grpo.get('max_memory_allocated_mb'), '.0f'):>12} {status:<10}")
-    lines.append("SFT/GRPO peak MB: torch.cuda.max_memory_allocated in the stage process; GRPO s/step: median over steps "
-                 "after the first, split into generation, reward and the rest (forward+backward+optimizer).")
+        lines.append(
+            f"{mode:<6} {str(sft.get('backend') or grpo.get('backend')):<17} {run['precision']:<5} "
+            f"{fmt(sft.get('steps'), 'd') if sft.get('steps') is not None else '-':>9} "
+            f"{fmt(sft.get('tokens_per_s'), '.0f'):>9} "
+            f"{fmt(sft.get('train_steps_per_second'), '.2f'):>8} {fmt(sft.get('max_memory_allocated_mb'), '.0f'):>11} "
+            f"{fmt(a.get('step_time_median'), '.2f'):>11} {fmt(a.get('generation_s_median'), '.2f'):>6} "
+            f"{fmt(a.get('reward_s_median'), '.2f'):>6} {fmt(a.get('backward_s_median'), '.2f'):>6} "
+            f"{fmt(grpo.get('max_memory_allocated_mb'), '.0f'):>12} {status:<10}"
+        )
+    lines.append(
+        "SFT/GRPO peak MB: torch.cuda.max_memory_allocated in the stage process; GRPO s/step: median over steps "
+        "after the first, split into generation, reward and the rest (forward+backward+optimizer)."
+    )
     return "\n".join(lines)
 
 
@@ -317,8 +446,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--log", type=Path, default=None, help="also write every stage's console output here")
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "gpu_check",
-                        help="scratch folder for the model and the run folders (emptied first)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("TMPDIR", "/tmp")) / "gpu_check",
+        help="scratch folder for the model and the run folders (emptied first)",
+    )
     parser.add_argument("--modes", default="auto,never", help="model.use_unsloth values to run, in order")
     parser.add_argument("--sft-episodes", type=int, default=40)
     parser.add_argument("--sft-epochs", type=float, default=1.0)
@@ -326,8 +459,12 @@ def main() -> int:
     parser.add_argument("--grpo-steps", type=int, default=8)
     parser.add_argument("--tokenizer-vocab", type=int, default=8000)
     parser.add_argument("--save-dtype", choices=["fp16", "fp32", "bf16"], default="fp16")
-    parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16",
-                        help="model.precision for the stages (the T4 profile's is fp16)")
+    parser.add_argument(
+        "--precision",
+        choices=["fp16", "bf16", "fp32"],
+        default="fp16",
+        help="model.precision for the stages (the T4 profile's is fp16)",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides")
     parser.add_argument("--note", default=None, help="free text stored in the JSON (e.g. a patch applied to the tree)")
     parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)
@@ -337,8 +474,10 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available() and not args.allow_cpu:
-        print("gpu_check: CUDA is not available (torch.cuda.is_available() is False); this check needs an NVIDIA GPU.",
-              file=sys.stderr)
+        print(
+            "gpu_check: CUDA is not available (torch.cuda.is_available() is False); this check needs an NVIDIA GPU.",
+            file=sys.stderr,
+        )
         return 2
     started = time.time()
     env = {**os.environ, **OFFLINE_ENV}
@@ -347,14 +486,30 @@ def main() -> int:
     args.work.mkdir(parents=True)
     model_dir = args.work / "qwen2.5-0.5b-shaped"
     shape = SMALL if args.small else QWEN25_05B
-    overrides = [f"model.name={model_dir}", f"model.precision={args.precision}",
-                 f"corpus.sft_episodes={args.sft_episodes}", f"corpus.grpo_prompts={args.grpo_prompts}",
-                 f"sft.epochs={args.sft_epochs}", "sft.logging_steps=1", f"grpo.max_steps={args.grpo_steps}",
-                 *args.set]
-    result = {"what": "lib stages corpus -> sft -> grpo (profile t4-qwen0.5b, small overrides) on a random-weight "
-                      "Qwen2.5-0.5B-shaped model", "started_unix": round(started), "source": source_info(), "device": device_info(),
-              "packages": versions(), "profile": PROFILE, "overrides": overrides, "small_shape": args.small, "note": args.note,
-              "command": " ".join([Path(sys.executable).name, *sys.argv]), "runs": {}}
+    overrides = [
+        f"model.name={model_dir}",
+        f"model.precision={args.precision}",
+        f"corpus.sft_episodes={args.sft_episodes}",
+        f"corpus.grpo_prompts={args.grpo_prompts}",
+        f"sft.epochs={args.sft_epochs}",
+        "sft.logging_steps=1",
+        f"grpo.max_steps={args.grpo_steps}",
+        *args.set,
+    ]
+    result = {
+        "what": "lib stages corpus -> sft -> grpo (profile t4-qwen0.5b, small overrides) on a random-weight "
+        "Qwen2.5-0.5B-shaped model",
+        "started_unix": round(started),
+        "source": source_info(),
+        "device": device_info(),
+        "packages": versions(),
+        "profile": PROFILE,
+        "overrides": overrides,
+        "small_shape": args.small,
+        "note": args.note,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "runs": {},
+    }
     print(f"device: {result['device'].get('gpu', 'cpu')}; packages: {result['packages']}", flush=True)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if "auto" in modes:
@@ -370,14 +525,27 @@ def main() -> int:
         run_dir = args.work / f"run-{mode}"
         run = result["runs"][mode] = {"use_unsloth": mode, "precision": args.precision, "run_dir": str(run_dir)}
         if mode == "auto" and not result["unsloth"]["importable"]:
-            run["skipped"] = ("import unsloth failed, so auto would either crash in lib.models.load_model (installed) "
-                              "or fall back to trl_transformers (not installed): " + result["unsloth"]["error"].splitlines()[-1])
+            run["skipped"] = (
+                "import unsloth failed, so auto would either crash in lib.models.load_model (installed) "
+                "or fall back to trl_transformers (not installed): " + result["unsloth"]["error"].splitlines()[-1]
+            )
             print(f"[{mode}] skipped: {run['skipped']}", flush=True)
             continue
-        stage_args = {"corpus": ["stage", "corpus", "--profile", PROFILE, "--run-dir", str(run_dir), "--set",
-                                 *overrides, f"model.use_unsloth={mode}"],
-                      "sft": ["stage", "sft", "--run-dir", str(run_dir)],
-                      "grpo": ["stage", "grpo", "--run-dir", str(run_dir)]}
+        stage_args = {
+            "corpus": [
+                "stage",
+                "corpus",
+                "--profile",
+                PROFILE,
+                "--run-dir",
+                str(run_dir),
+                "--set",
+                *overrides,
+                f"model.use_unsloth={mode}",
+            ],
+            "sft": ["stage", "sft", "--run-dir", str(run_dir)],
+            "grpo": ["stage", "grpo", "--run-dir", str(run_dir)],
+        }
         for stage, lib_argv in stage_args.items():
             log_path = args.work / f"{mode}-{stage}.log"
             print(f"[{mode}] {stage} ...", flush=True)
@@ -406,8 +574,11 @@ def main() -> int:
                 handle.write(f"===== {path.name}\n{path.read_text()}\n")
     print(table(result))
     print(f"wrote {args.out}")
-    failed = [m for m, r in result["runs"].items() if not r.get("skipped") and any(r.get(s, {}).get("rc") != 0
-                                                                                   for s in ("corpus", "sft", "grpo"))]
+    failed = [
+        m
+        for m, r in result["runs"].items()
+        if not r.get("skipped") and any(r.get(s, {}).get("rc") != 0 for s in ("corpus", "sft", "grpo"))
+    ]
     return 1 if failed else 0
 
 

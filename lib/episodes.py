@@ -6,6 +6,7 @@ Episodes advance in lockstep: each round, one `act` call answers every live epis
 all of them in one batched generate call, and a finished episode's slot goes to the next start. A per-step
 hook (`on_step`) sees every step: evaluation records provenance and latency there, the corpus transitions.
 """
+
 from __future__ import annotations
 
 import copy
@@ -77,8 +78,15 @@ class Step:
 Actor = Callable[[list[Live]], list[str]]
 
 
-def play(make_env: Callable[[], Any], starts: Iterable[Start], act: Actor, *, batch_size: int = 1,
-         on_step: Callable[[Step], None] | None = None, desc: str | None = None) -> list[Episode]:
+def play(
+    make_env: Callable[[], Any],
+    starts: Iterable[Start],
+    act: Actor,
+    *,
+    batch_size: int = 1,
+    on_step: Callable[[Step], None] | None = None,
+    desc: str | None = None,
+) -> list[Episode]:
     """Play every start to its end; returns the episodes in the order of `starts`.
 
     Up to `batch_size` episodes are live at once (each in its own `make_env()` environment, made once per slot
@@ -94,14 +102,26 @@ def play(make_env: Callable[[], Any], starts: Iterable[Start], act: Actor, *, ba
             start = queue.pop()
             index = total - len(queue) - 1
             env = free.pop() if free else make_env()
-            observation = env.restore(start.seed, start.split, list(start.history)) if start.history else env.reset(start.seed, start.split)
+            observation = (
+                env.restore(start.seed, start.split, list(start.history))
+                if start.history
+                else env.reset(start.seed, start.split)
+            )
             entry = Live(index, start, env, observation)
             if start.forced is not None:
                 result = env.step(start.forced)
                 entry.steps = 1
                 if "invalid" in result.info:
-                    results[index] = Episode(start.seed, start.split, env.invalid_penalty, 1, 1, "invalid_action", {},
-                                             invalid_reason=result.info["invalid"])
+                    results[index] = Episode(
+                        start.seed,
+                        start.split,
+                        env.invalid_penalty,
+                        1,
+                        1,
+                        "invalid_action",
+                        {},
+                        invalid_reason=result.info["invalid"],
+                    )
                     free.append(env)
                     continue
                 if _finish(entry, result, results, free, progress):
@@ -135,8 +155,16 @@ def _finish(entry: Live, result, results: list, free: list, progress) -> bool:
     if not result.done:
         return False
     info = result.info
-    results[entry.index] = Episode(entry.seed, entry.start.split, info["episode_return"], entry.steps, entry.invalid,
-                                   info["end_reason"], result.components, exploit=info.get("exploit"))
+    results[entry.index] = Episode(
+        entry.seed,
+        entry.start.split,
+        info["episode_return"],
+        entry.steps,
+        entry.invalid,
+        info["end_reason"],
+        result.components,
+        exploit=info.get("exploit"),
+    )
     free.append(entry.env)
     if progress is not None:
         progress.update(1)
@@ -157,6 +185,7 @@ def policy_actor(policy, *, copies: bool = True) -> Actor:
                 own[entry.index].begin(entry.seed)
             texts.append(own[entry.index].act(entry.observation, entry.env))
         return texts
+
     return act
 
 
@@ -168,8 +197,12 @@ def run_episode(env, policy, seed: int, split: str, *, keep_transitions: bool = 
     def record(step: Step) -> None:
         transitions.append({"observation": step.observation, "action": step.text, "history": step.history})
 
-    episode = play(lambda: env, [Start(seed, split)], policy_actor(policy, copies=False),
-                   on_step=record if keep_transitions else None)[0]
+    episode = play(
+        lambda: env,
+        [Start(seed, split)],
+        policy_actor(policy, copies=False),
+        on_step=record if keep_transitions else None,
+    )[0]
     episode.transitions = transitions
     return episode
 
@@ -185,9 +218,12 @@ def action_returns(envs, items, actor: Actor) -> list[tuple[float, dict]]:
     pool = iter(envs)
     starts = [Start(seed, split, tuple(history), text) for seed, split, history, text in items]
     episodes = play(lambda: next(pool), starts, actor, batch_size=max(1, len(starts)))
-    return [(e.episode_return, {"invalid": e.invalid_reason, "components": {}}) if e.invalid_reason is not None
-            else (e.episode_return, {"components": e.components, "end_reason": e.end_reason, "exploit": e.exploit})
-            for e in episodes]
+    return [
+        (e.episode_return, {"invalid": e.invalid_reason, "components": {}})
+        if e.invalid_reason is not None
+        else (e.episode_return, {"components": e.components, "end_reason": e.end_reason, "exploit": e.exploit})
+        for e in episodes
+    ]
 
 
 def action_return(env, seed: int, split: str, history: list[str], action_text: str, reference) -> tuple[float, dict]:
@@ -198,11 +234,16 @@ def action_return(env, seed: int, split: str, history: list[str], action_text: s
 def candidate_returns(env, seed: int, split: str, history: list[str], observation, reference) -> dict[str, float]:
     """`action_return` of every candidate the observation lists, keyed by the candidate's answer text: what
     each legal action at this state is worth when `reference` finishes the episode."""
-    return {format_action(c.id): action_return(env, seed, split, history, format_action(c.id), reference)[0]
-            for c in observation.candidates}
+    return {
+        format_action(c.id): action_return(env, seed, split, history, format_action(c.id), reference)[0]
+        for c in observation.candidates
+    }
 
 
 def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]]:
     """(seed, history) for every position of `policy`'s episodes: fixed, replayable mid-episode states."""
-    return [(seed, t["history"]) for seed in seeds
-            for t in run_episode(env, policy, seed, split, keep_transitions=True).transitions]
+    return [
+        (seed, t["history"])
+        for seed in seeds
+        for t in run_episode(env, policy, seed, split, keep_transitions=True).transitions
+    ]

@@ -3,6 +3,7 @@ functions), whether any generic module reaches into an environment package, and 
 
 The architecture tests (tests/test_architecture.py) read the same graph.
 """
+
 from __future__ import annotations
 
 import ast
@@ -77,8 +78,12 @@ def graph() -> dict[str, set[str]]:
 def env_violations(edges: dict[str, set[str]] | None = None) -> list[str]:
     """Every import from outside an environment package into one ("module -> imported")."""
     edges = edges or graph()
-    return [f"{m} -> {t}" for m, targets in edges.items() for t in sorted(targets)
-            if owner(t) is not None and owner(t) != owner(m)]
+    return [
+        f"{m} -> {t}"
+        for m, targets in edges.items()
+        for t in sorted(targets)
+        if owner(t) is not None and owner(t) != owner(m)
+    ]
 
 
 def cycles(edges: dict[str, set[str]] | None = None) -> list[list[str]]:
@@ -91,7 +96,7 @@ def cycles(edges: dict[str, set[str]] | None = None) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()

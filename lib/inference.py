@@ -1,6 +1,7 @@
 """Loading a saved policy model with its provenance record, batched greedy or sampled generation, and the
 model as an episode actor. Used by evaluation, post-save, the GRPO reward's policy continuation and the probes.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,14 +37,21 @@ def load_policy_model(model_dir: str | Path, model_config, adapter_dir: str | Pa
 
 
 @torch.no_grad()
-def generate_actions(model, tokenizer, message_batches, *, greedy: bool, max_new_tokens: int = 16,
-                     temperature: float = 1.0) -> list[str]:
+def generate_actions(
+    model, tokenizer, message_batches, *, greedy: bool, max_new_tokens: int = 16, temperature: float = 1.0
+) -> list[str]:
     prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in message_batches]
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     sampling = {} if greedy else {"temperature": temperature, "top_k": 0, "top_p": 1.0}
-    output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=not greedy,
-                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **sampling)
-    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+    output = model.generate(
+        **encoded,
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **sampling,
+    )
+    new_tokens = output[:, encoded["input_ids"].shape[1] :]
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
 
@@ -54,19 +62,28 @@ def model_actor(model, tokenizer, *, greedy: bool = True, max_new_tokens: int = 
     `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
 
     def act(live) -> list[str]:
-        texts = generate_actions(model, tokenizer, [e.env.render(e.observation) for e in live],
-                                 greedy=greedy, max_new_tokens=max_new_tokens)
+        texts = generate_actions(
+            model, tokenizer, [e.env.render(e.observation) for e in live], greedy=greedy, max_new_tokens=max_new_tokens
+        )
         retries = [0] * len(live)
         for _ in range(veto_k):
-            rejected = [j for j, e in enumerate(live) if isinstance(parse_action(texts[j], e.observation.candidates), Invalid)]
+            rejected = [
+                j for j, e in enumerate(live) if isinstance(parse_action(texts[j], e.observation.candidates), Invalid)
+            ]
             if not rejected:
                 break
-            again = generate_actions(model, tokenizer, [live[j].env.render(live[j].observation) for j in rejected],
-                                     greedy=False, max_new_tokens=max_new_tokens)
+            again = generate_actions(
+                model,
+                tokenizer,
+                [live[j].env.render(live[j].observation) for j in rejected],
+                greedy=False,
+                max_new_tokens=max_new_tokens,
+            )
             for j, text in zip(rejected, again):
                 texts[j], retries[j] = text, retries[j] + 1
         if veto_k:
             for entry, retry in zip(live, retries):
                 entry.extra["veto_retries"] = retry
         return texts
+
     return act

@@ -1,4 +1,5 @@
 """Atomic file writes: every file the workbook writes goes through here, so a crash never leaves half a file."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,10 +1,11 @@
 """Models: build the offline `tiny` model, and load any model (tiny folder, embedded model, local folder or hub id)
 the same way.
 
-Used by the sft, grpo, evaluate and export stages. Every load goes through `from_pretrained(path_or_id)` (an embedded model's name first resolves to its
-converted folder, `lib.embedded`);
-on CUDA with unsloth installed, hub models load through Unsloth's FastLanguageModel instead.
+Used by the sft, grpo, evaluate and export stages. Every load goes through `from_pretrained(path_or_id)` (an
+embedded model's name first resolves to its converted folder, `lib.embedded`); on CUDA with unsloth installed,
+hub models load through Unsloth's FastLanguageModel instead.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -56,11 +57,19 @@ def train_tokenizer(texts, vocab_size: int) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=["<|im_start|>"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     fast.add_tokens(TOOL_TOKENS, special_tokens=False)
     fast.chat_template = qwen2_5_chat_template
     fast.padding_side = "left"
@@ -72,10 +81,16 @@ def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
     tokenizer = train_tokenizer(texts, tiny.vocab_size)
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=tiny.hidden_size, intermediate_size=tiny.intermediate_size,
-        num_hidden_layers=tiny.num_hidden_layers, num_attention_heads=tiny.num_attention_heads,
-        num_key_value_heads=tiny.num_key_value_heads, max_position_embeddings=tiny.max_position_embeddings,
-        tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=tiny.hidden_size,
+        intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.num_hidden_layers,
+        num_attention_heads=tiny.num_attention_heads,
+        num_key_value_heads=tiny.num_key_value_heads,
+        max_position_embeddings=tiny.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen2ForCausalLM(config)
@@ -88,7 +103,9 @@ def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
 
 
 def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: bool = True):
-    """Load weights and tokenizer with from_pretrained, exactly as for a hub model. Returns (model, tokenizer, backend)."""
+    """Load weights and tokenizer with from_pretrained, exactly as for a hub model.
+
+    Returns (model, tokenizer, backend)."""
     backend = backend_for(model_config)
     source = resolve_model_source(path_or_id)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved_precision(model_config)]
@@ -96,8 +113,9 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
         from unsloth import FastLanguageModel
 
         # dtype: Unsloth otherwise picks bf16 wherever the GPU has it, and its GRPOTrainer then refuses fp16=True
-        model, tokenizer = FastLanguageModel.from_pretrained(source, dtype=dtype, load_in_4bit=model_config.load_in_4bit,
-                                                             max_seq_length=4096)
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            source, dtype=dtype, load_in_4bit=model_config.load_in_4bit, max_seq_length=4096
+        )
     else:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype if cuda_available() else torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -116,8 +134,9 @@ def with_lora(model, model_config: ModelConfig, backend: str):
         from unsloth import FastLanguageModel
 
         lora = model_config.lora
-        model = FastLanguageModel.get_peft_model(model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                 target_modules=list(lora.target_modules))
+        model = FastLanguageModel.get_peft_model(
+            model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
+        )
         return model, None
     return model, lora_config(model_config)
 
@@ -126,5 +145,10 @@ def lora_config(model_config: ModelConfig):
     from peft import LoraConfig
 
     lora = model_config.lora
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )

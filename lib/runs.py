@@ -2,6 +2,7 @@
 
 Used by every stage; a stage reads only what an earlier stage wrote here.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,12 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 def git_state(root: Path | None = None) -> dict[str, Any]:
     root = root or Path(__file__).resolve().parents[1]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip())
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout.strip()
+        )
         return {"sha": sha, "dirty": dirty}
     except (OSError, subprocess.CalledProcessError):
         return {"sha": None, "dirty": None}
@@ -60,7 +65,9 @@ def cpu_model() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or "unknown"
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
+    name = next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown"
+    )
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     widest = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
     return f"{name} ({widest})"
@@ -69,8 +76,13 @@ def cpu_model() -> str:
 def hardware() -> dict[str, Any]:
     import torch
 
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "cpu": cpu_model(), "cuda": torch.cuda.is_available()}
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu_model(),
+        "cuda": torch.cuda.is_available(),
+    }
     if torch.cuda.is_available():  # pragma: no cover - CUDA only
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
@@ -112,7 +124,7 @@ def resolve_run_paths(value, run_dir: Path):
     if isinstance(value, dict):
         return {k: resolve_run_paths(v, run_dir) for k, v in value.items()}
     if isinstance(value, str) and value.startswith(RUN_RELATIVE):
-        return str(Path(run_dir) / value[len(RUN_RELATIVE):])
+        return str(Path(run_dir) / value[len(RUN_RELATIVE) :])
     return value
 
 
@@ -148,11 +160,21 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
         if not manifest:
-            manifest = {"run_id": self.dir.name, "config": config.model_dump(mode="json"), "git": git_state(),
-                        "packages": package_versions(), "hardware": hardware(), "started": now(), "ended": None,
-                        "corpus_hashes": {}, "stages": {}}
+            manifest = {
+                "run_id": self.dir.name,
+                "config": config.model_dump(mode="json"),
+                "git": git_state(),
+                "packages": package_versions(),
+                "hardware": hardware(),
+                "started": now(),
+                "ended": None,
+                "corpus_hashes": {},
+                "stages": {},
+            }
             atomic_write_json(self.dir / "manifest.json", manifest)
-        elif manifest_config(manifest, self.dir / "manifest.json") != config:  # a field added since, at its default, is the same config
+        elif (
+            manifest_config(manifest, self.dir / "manifest.json") != config
+        ):  # a field added since, at its default, is the same config
             raise ValueError(f"{self.dir} was made with a different config; use a new --run-dir or the same profile")
 
     def manifest(self) -> dict:
@@ -183,11 +205,27 @@ class Run:
             raise RuntimeError(f"stage {stage!r} in {self.dir} did not finish ok: {record.get('status')}")
         return record
 
-    def stage_done(self, stage: str, *, started: float, params: dict, inputs: dict, outputs: dict, metrics: dict,
-                   status: str = "ok") -> dict:
-        record = {"stage": stage, "status": status, "params": params, "inputs": to_run_relative(inputs, self.dir),
-                  "outputs": to_run_relative(outputs, self.dir),
-                  "metrics": metrics, "duration_s": round(time.time() - started, 2), "finished": now()}
+    def stage_done(
+        self,
+        stage: str,
+        *,
+        started: float,
+        params: dict,
+        inputs: dict,
+        outputs: dict,
+        metrics: dict,
+        status: str = "ok",
+    ) -> dict:
+        record = {
+            "stage": stage,
+            "status": status,
+            "params": params,
+            "inputs": to_run_relative(inputs, self.dir),
+            "outputs": to_run_relative(outputs, self.dir),
+            "metrics": metrics,
+            "duration_s": round(time.time() - started, 2),
+            "finished": now(),
+        }
         atomic_write_json(self.stage_dir(stage) / "stage.json", record)
         manifest = self.manifest()
         manifest["stages"][stage] = {"status": status, "duration_s": record["duration_s"]}
@@ -206,8 +244,9 @@ def manifest_config(manifest: dict, path: Path) -> RunConfig:
     try:
         return RunConfig.model_validate(manifest["config"])
     except ValidationError as error:
-        raise DamagedRunError(f"{path}: the recorded config does not validate: {error.errors()[0]['loc']}: "
-                              f"{error.errors()[0]['msg']}") from None
+        raise DamagedRunError(
+            f"{path}: the recorded config does not validate: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}"
+        ) from None
 
 
 def read_config(run_dir: Path | str) -> RunConfig:
@@ -231,8 +270,10 @@ def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None,
         if (profile and profile != config.profile) or overrides:
             requested = load_config(profile or config.profile, overrides or {})
             if requested != config:
-                raise ConfigError(f"run {run_id} was made with profile {config.profile!r} and other settings than "
-                                  f"PROFILE={profile!r} OVERRIDES={overrides!r}; leave them empty to use the run's own config")
+                raise ConfigError(
+                    f"run {run_id} was made with profile {config.profile!r} and other settings than "
+                    f"PROFILE={profile!r} OVERRIDES={overrides!r}; leave them empty to use the run's own config"
+                )
         return config, Run(run_dir, config)
     config = load_config(profile or "cpu-smoke", overrides or {})
     return config, Run(run_dir or Path(output_root) / new_run_id(config.profile), config)

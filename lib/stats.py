@@ -1,4 +1,5 @@
 """Bootstrap confidence intervals, shared by baselines and evaluation."""
+
 from __future__ import annotations
 
 import numpy as np

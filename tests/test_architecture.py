@@ -1,5 +1,6 @@
 """The environment boundary and the import graph: machinery that names no environment, no import cycles, a
 registry with clear errors, and a toy environment defined outside lib/ that runs the whole pipeline."""
+
 import re
 import subprocess
 import sys
@@ -68,10 +69,24 @@ def test_a_spec_naming_a_policy_it_does_not_define_is_refused():
         spec.make_policy("ghost")
 
 
-MICRO = {"env": TOY, "corpus.sft_episodes": 20, "corpus.grpo_prompts": 8, "sft.epochs": 1, "sft.batch_size": 8,
-         "sft.logging_steps": 1, "grpo.max_steps": 2, "grpo.batch_size": 8, "grpo.num_generations": 4, "eval.episodes": 8,
-         "eval.train_episodes": 4, "eval.ablation_episodes": 4, "eval.ablations": ["sampled"],
-         "eval.bootstrap_resamples": 200, "export.check_prompts": 3, "export.postsave_episodes": 2}
+MICRO = {
+    "env": TOY,
+    "corpus.sft_episodes": 20,
+    "corpus.grpo_prompts": 8,
+    "sft.epochs": 1,
+    "sft.batch_size": 8,
+    "sft.logging_steps": 1,
+    "grpo.max_steps": 2,
+    "grpo.batch_size": 8,
+    "grpo.num_generations": 4,
+    "eval.episodes": 8,
+    "eval.train_episodes": 4,
+    "eval.ablation_episodes": 4,
+    "eval.ablations": ["sampled"],
+    "eval.bootstrap_resamples": 200,
+    "export.check_prompts": 3,
+    "export.postsave_episodes": 2,
+}
 
 
 def test_a_toy_environment_outside_lib_runs_the_whole_pipeline(tmp_path):

@@ -1,12 +1,13 @@
 """The environment's promises about its baselines, on 500 episodes per split (as the CLI reports them)."""
+
 import json
 import subprocess
 import sys
 
 import pytest
 
-from lib.evaluation.baselines import run_baselines
 from lib.envs.polyguard import SPEC
+from lib.evaluation.baselines import run_baselines
 
 TRIVIAL = SPEC.trivial
 
@@ -37,8 +38,26 @@ def test_headroom_is_reachable_from_the_observation_alone(report):
 
 def test_cli_writes_the_documented_schema(tmp_path):
     out = tmp_path / "b.json"
-    proc = subprocess.run([sys.executable, "-m", "lib", "baselines", "--env", "polyguard", "--split", "holdout",
-                           "--episodes", "20", "--seed", "0", "--out", str(out)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lib",
+            "baselines",
+            "--env",
+            "polyguard",
+            "--split",
+            "holdout",
+            "--episodes",
+            "20",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "env steps/second" in proc.stdout and "oracle" in proc.stdout
     data = json.loads(out.read_text())
@@ -50,9 +69,13 @@ def test_cli_writes_the_documented_schema(tmp_path):
 
 
 def test_cli_rejects_bad_input_clearly():
-    proc = subprocess.run([sys.executable, "-m", "lib", "baselines", "--env", "nope", "--episodes", "5"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib", "baselines", "--env", "nope", "--episodes", "5"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "unknown environment 'nope'" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "lib", "baselines", "--policies", "psychic", "--episodes", "5"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lib", "baselines", "--policies", "psychic", "--episodes", "5"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "unknown policy 'psychic'" in proc.stderr

@@ -1,10 +1,13 @@
 """One pydantic RunConfig: every profile validates; bad keys, types and values are errors naming the key."""
+
 import pytest
 
 from lib.config import ConfigError, available_profiles, load_config
 
 
-@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-full", "gpu-smollm2", "t4-qwen0.5b", "t4-qwen1.5b", "a100-qwen3b"])
+@pytest.mark.parametrize(
+    "profile", ["cpu-smoke", "cpu-full", "gpu-smollm2", "t4-qwen0.5b", "t4-qwen1.5b", "a100-qwen3b"]
+)
 def test_every_profile_loads_and_validates(profile):
     assert profile in available_profiles()
     config = load_config(profile)
@@ -78,8 +81,22 @@ def test_repeated_set_flags_all_apply(tmp_path):
     from lib.runs import read_config
 
     run_dir = tmp_path / "run"
-    assert main(["stage", "corpus", "--run-dir", str(run_dir), "--set", "corpus.sft_episodes=2",
-                 "--set", "corpus.grpo_prompts=2", "grpo.top_k=3"]) == 0
+    assert (
+        main(
+            [
+                "stage",
+                "corpus",
+                "--run-dir",
+                str(run_dir),
+                "--set",
+                "corpus.sft_episodes=2",
+                "--set",
+                "corpus.grpo_prompts=2",
+                "grpo.top_k=3",
+            ]
+        )
+        == 0
+    )
     config = read_config(run_dir)
     assert (config.corpus.sft_episodes, config.corpus.grpo_prompts, config.grpo.top_k) == (2, 2, 3)
 
@@ -100,8 +117,16 @@ def test_a_run_keeps_its_config_and_tolerates_fields_added_since(tmp_path):
 
 
 def test_exploration_options_validate_and_bad_values_are_named():
-    config = load_config("cpu-full", {"grpo.epsilon_high": 0.28, "grpo.entropy_coef": 0.01, "grpo.scale_rewards": "batch",
-                                      "grpo.use_adaptive_entropy": True, "grpo.entropy_target": 0.5})
+    config = load_config(
+        "cpu-full",
+        {
+            "grpo.epsilon_high": 0.28,
+            "grpo.entropy_coef": 0.01,
+            "grpo.scale_rewards": "batch",
+            "grpo.use_adaptive_entropy": True,
+            "grpo.entropy_target": 0.5,
+        },
+    )
     assert (config.grpo.epsilon_high, config.grpo.entropy_coef, config.grpo.scale_rewards) == (0.28, 0.01, "batch")
     assert load_config("cpu-full").grpo.epsilon_high is None  # TRL's default: symmetric clipping
     with pytest.raises(ConfigError) as error:

@@ -1,15 +1,16 @@
 """The corpus: train seeds only, every episode position, fingerprinted, extras reported when skipped."""
+
 import json
 
 import pytest
 
 from lib.config import load_config
-from lib.envs.polyguard import SPEC
-from lib.envs.polyguard.extras import drug_labels
-from lib.training.corpus import CorpusHashError, read_jsonl, run_corpus
 from lib.envs.base import SEEDS_PER_SPLIT
+from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv, render
+from lib.envs.polyguard.extras import drug_labels
 from lib.runs import Run
+from lib.training.corpus import CorpusHashError, read_jsonl, run_corpus
 
 MICRO = {"corpus.sft_episodes": 12, "corpus.grpo_prompts": 24, "corpus.grpo_improvable_share": 0.0}  # states as sampled
 
@@ -68,8 +69,15 @@ def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, 
 
 
 def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
-    config = load_config("cpu-smoke", {**MICRO, "corpus.hf_instruction_dataset": "nobody/does-not-exist",
-                                       "corpus.extras": ["drug_labels"], "corpus.extras_cache_dir": str(tmp_path / "cache")})
+    config = load_config(
+        "cpu-smoke",
+        {
+            **MICRO,
+            "corpus.hf_instruction_dataset": "nobody/does-not-exist",
+            "corpus.extras": ["drug_labels"],
+            "corpus.extras_cache_dir": str(tmp_path / "cache"),
+        },
+    )
     run = Run(tmp_path / "extras", config)
     texts, status = drug_labels(config, ["warfarin"], url="http://127.0.0.1:9/{drug}")
     assert texts == [] and status.startswith("skipped: drug-label API unreachable")
@@ -85,8 +93,9 @@ def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
 def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_teachers():
     import random
 
-    from lib.training.corpus import sft_rows
     from lib.envs.polyguard import SPEC
+    from lib.training.corpus import sft_rows
+
     make_policy = SPEC.make_policy
 
     env, teacher = PolyGuardEnv(), make_policy("heuristic")
@@ -127,9 +136,10 @@ def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():
 def test_improvable_share_draws_states_where_the_reference_is_beaten():
     import random
 
-    from lib.training.corpus import INFORMATIVE_SPREAD, grpo_rows
     from lib.envs.base import format_action
     from lib.envs.polyguard import SPEC
+    from lib.training.corpus import INFORMATIVE_SPREAD, grpo_rows
+
     make_policy = SPEC.make_policy
     from lib.episodes import action_return
 
@@ -140,7 +150,9 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
         return [r for r in rows if r["best_return"] - r["reference_return"] >= INFORMATIVE_SPREAD]
 
     plain, _ = grpo_rows(SPEC, env, range(200, 215), policies, 30, "heuristic", random.Random(0))
-    rows, stats = grpo_rows(SPEC, env, range(200, 215), policies, 30, "heuristic", random.Random(0), improvable_share=0.6)
+    rows, stats = grpo_rows(
+        SPEC, env, range(200, 215), policies, 30, "heuristic", random.Random(0), improvable_share=0.6
+    )
     assert len(rows) == 30 and stats["improvable_kept"] == len(improvable(rows)) >= 18
     assert len(improvable(plain)) < 18
     heuristic = make_policy("heuristic")
@@ -149,9 +161,16 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
         observation = state.restore(r["seed"], "train", r["history"])
         heuristic.begin(r["seed"])
         choice = heuristic.act(observation, state)
-        assert action_return(PolyGuardEnv(), r["seed"], "train", r["history"], choice, make_policy("heuristic"))[0] == r["reference_return"]
-        best = max(action_return(PolyGuardEnv(), r["seed"], "train", r["history"], format_action(c.id), make_policy("heuristic"))[0]
-                   for c in observation.candidates)
+        assert (
+            action_return(PolyGuardEnv(), r["seed"], "train", r["history"], choice, make_policy("heuristic"))[0]
+            == r["reference_return"]
+        )
+        best = max(
+            action_return(
+                PolyGuardEnv(), r["seed"], "train", r["history"], format_action(c.id), make_policy("heuristic")
+            )[0]
+            for c in observation.candidates
+        )
         assert best == r["best_return"] > r["reference_return"]
 
 
@@ -162,8 +181,17 @@ def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much()
 
     env = PolyGuardEnv()
     policies = ["heuristic", "evidence_expert", "random"]
-    rows, stats = grpo_rows(SPEC, env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5,
-                            improvable_margin=0.2)
+    rows, stats = grpo_rows(
+        SPEC,
+        env,
+        range(200, 230),
+        policies,
+        30,
+        "heuristic",
+        random.Random(0),
+        improvable_share=0.5,
+        improvable_margin=0.2,
+    )
     gains = [r["best_return"] - r["reference_return"] for r in rows]
     assert stats["improvable_kept"] == sum(g >= 0.2 for g in gains) == 15  # the quota is filled with big losses only
     loose, _ = grpo_rows(SPEC, env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5)

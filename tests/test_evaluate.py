@@ -1,5 +1,6 @@
 """Evaluation, anti-hacking, export, post-save and activate on a micro run (corpus -> sft -> grpo -> evaluate ->
 export -> postsave), including every failure path the issue names."""
+
 import json
 import shutil
 from pathlib import Path
@@ -8,21 +9,33 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lib.evaluation import antihack
 from lib.config import load_config
-from lib.training.corpus import run_corpus
 from lib.envs.base import format_action
+from lib.evaluation import antihack
 from lib.evaluation.evaluate import ProvenanceError, check_provenance, run_evaluate
-from lib.pipeline.export import ExportExistsError, compare_outputs, merge_adapter, run_export
 from lib.models import weights_sha256
+from lib.pipeline.export import ExportExistsError, compare_outputs, merge_adapter, run_export
 from lib.pipeline.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.runs import Run
+from lib.training.corpus import run_corpus
 from lib.training.train import run_grpo, run_sft
 
-MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8,
-         "grpo.max_steps": 2, "grpo.batch_size": 8, "grpo.num_generations": 4, "eval.episodes": 6, "eval.train_episodes": 4,
-         "eval.ablation_episodes": 4, "eval.ablations": ["sampled", "veto", "no_sft"], "eval.bootstrap_resamples": 200,
-         "export.check_prompts": 3, "export.postsave_episodes": 2}
+MICRO = {
+    "corpus.sft_episodes": 10,
+    "corpus.grpo_prompts": 16,
+    "sft.epochs": 1,
+    "sft.batch_size": 8,
+    "grpo.max_steps": 2,
+    "grpo.batch_size": 8,
+    "grpo.num_generations": 4,
+    "eval.episodes": 6,
+    "eval.train_episodes": 4,
+    "eval.ablation_episodes": 4,
+    "eval.ablations": ["sampled", "veto", "no_sft"],
+    "eval.bootstrap_resamples": 200,
+    "export.check_prompts": 3,
+    "export.postsave_episodes": 2,
+}
 BASELINES = ["random", "heuristic", "oracle", "always_finish"]
 
 
@@ -32,7 +45,10 @@ def _perturb_adapter(run):
     record = json.loads(record_path.read_text())
     weights_path = Path(run.read_stage("grpo")["outputs"]["adapter"]) / "adapter_model.safetensors"
     generator = torch.Generator().manual_seed(0)
-    weights = {k: (torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v) for k, v in load_file(weights_path).items()}
+    weights = {
+        k: (torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v)
+        for k, v in load_file(weights_path).items()
+    }
     save_file(weights, weights_path)
     record["metrics"]["adapter_sha256"] = weights_sha256(weights_path.parent)
     record_path.write_text(json.dumps(record))
@@ -67,16 +83,23 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
             lo, hi = summary["ci95"]
             assert lo <= summary["mean_return"] <= hi
             assert {"components", "invalid_rate", "mean_steps", "latency_s_per_action"} <= set(summary)
-    assert report["splits"]["holdout"]["policies"]["oracle"]["mean_return"] > report["splits"]["holdout"]["policies"]["random"]["mean_return"]
+    assert (
+        report["splits"]["holdout"]["policies"]["oracle"]["mean_return"]
+        > report["splits"]["holdout"]["policies"]["random"]["mean_return"]
+    )
     assert report["improved"] == (report["splits"]["holdout"]["paired"]["grpo-sft"]["ci95"][0] > 0)
     assert report["backends"] == {"sft": "trl_transformers", "grpo": "trl_transformers"}
     assert set(report["ablations"]) == {"sampled", "veto", "no_sft"}
     assert report["ablations"]["veto"]["veto_retries_per_action"] >= 0
-    assert json.loads((run.dir / "grpo_no_sft" / "stage.json").read_text())["inputs"]["base_model"].endswith("base_model")
+    assert json.loads((run.dir / "grpo_no_sft" / "stage.json").read_text())["inputs"]["base_model"].endswith(
+        "base_model"
+    )
     records = _records(run)
     assert {r["policy"] for r in records} >= {"untrained", "sft", "grpo", "grpo_no_sft", *BASELINES}
     grpo_actions = [a for r in records if r["policy"] == "grpo" for a in r["actions"]]
-    assert grpo_actions and all(a["model_source"]["sha256"] == report["artifacts"]["grpo"]["sha256"] for a in grpo_actions)
+    assert grpo_actions and all(
+        a["model_source"]["sha256"] == report["artifacts"]["grpo"]["sha256"] for a in grpo_actions
+    )
     check_provenance(records, report["artifacts"])  # the written file passes its own check
 
 
@@ -143,7 +166,11 @@ def test_the_attack_check_can_fail(monkeypatch):
     config = load_config("cpu-smoke")
 
     def best_legal(cands):
-        return format_action(next(c for c in cands if c.kind == "gather").id) if any(c.kind == "gather" for c in cands) else ""
+        return (
+            format_action(next(c for c in cands if c.kind == "gather").id)
+            if any(c.kind == "gather" for c in cands)
+            else ""
+        )
 
     monkeypatch.setattr(antihack, "ATTACKS", {"best_legal": best_legal})
     results = antihack.attack_suite(config, seeds=range(3))
@@ -156,7 +183,9 @@ def test_export_refuses_to_overwrite(done):
         run_export(config, run)
     grpo = run.read_stage("grpo")
     with pytest.raises(ExportExistsError):
-        merge_adapter(grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"]), run.dir / "export" / "merged", config.model)
+        merge_adapter(
+            grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"]), run.dir / "export" / "merged", config.model
+        )
 
 
 def test_merged_model_agrees_with_the_unmerged_adapter_in_a_fresh_process(done):
@@ -188,7 +217,10 @@ def test_postsave_fails_when_the_weights_differ_from_the_export_manifest(done, t
     target = tmp_path / "copy"
     shutil.copytree(run.dir, target)
     export = json.loads((target / "export" / "stage.json").read_text())
-    export["outputs"] = {"merged": str(target / "export" / "merged"), "export_manifest.json": str(target / "export" / "export_manifest.json")}
+    export["outputs"] = {
+        "merged": str(target / "export" / "merged"),
+        "export_manifest.json": str(target / "export" / "export_manifest.json"),
+    }
     (target / "export" / "stage.json").write_text(json.dumps(export))
     sft_weights = Path(run.read_stage("sft")["outputs"]["model"]) / "model.safetensors"
     shutil.copy(sft_weights, target / "export" / "merged" / "model.safetensors")  # swapped after export
@@ -233,7 +265,10 @@ def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path
     config, run = done
     verdict = run_gate(run.dir, write=False)
     assert all(c["passed"] for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS), verdict
-    assert verdict["integrity_passed"] and verdict["improved"] == json.loads((run.dir / "evaluate" / "eval.json").read_text())["improved"]
+    assert (
+        verdict["integrity_passed"]
+        and verdict["improved"] == json.loads((run.dir / "evaluate" / "eval.json").read_text())["improved"]
+    )
 
     copy = _copy(run, tmp_path)
     report = json.loads((copy / "evaluate" / "eval.json").read_text())
@@ -247,8 +282,13 @@ def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path
     (copy / "evaluate" / "anti_hacking_report.json").write_text(json.dumps(anti))
     (copy / "postsave" / "postsave_inference.json").unlink()
     failed = {c["name"] for c in run_gate(copy)["checks"] if not c["passed"]}
-    assert {"improvement_claim_supported", "grpo_artifact_ok", "anti_hacking_passed", "postsave_from_saved_artifact",
-            "every_action_has_provenance"} <= failed  # provenance: eval.json's GRPO sha no longer matches the stage record
+    assert {
+        "improvement_claim_supported",
+        "grpo_artifact_ok",
+        "anti_hacking_passed",
+        "postsave_from_saved_artifact",
+        "every_action_has_provenance",
+    } <= failed  # provenance: eval.json's GRPO sha no longer matches the stage record
     done_cli = subprocess.run([sys.executable, "-m", "lib", "gate", str(copy)], capture_output=True, text=True)
     assert done_cli.returncode == 1 and "[FAIL] grpo_artifact_ok" in done_cli.stdout and (copy / "gate.json").exists()
 
@@ -283,26 +323,51 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
 
     monkeypatch.setattr(inference, "generate_actions", spy)
     seeds = range(10)
-    episodes, actions = evaluate.run_model_episodes(model, tokenizer, source, config.env, seeds, "holdout", batch_size=4,
-                                                    max_new_tokens=config.grpo.max_completion_length)
+    episodes, actions = evaluate.run_model_episodes(
+        model,
+        tokenizer,
+        source,
+        config.env,
+        seeds,
+        "holdout",
+        batch_size=4,
+        max_new_tokens=config.grpo.max_completion_length,
+    )
     assert [e.seed for e in episodes] == list(seeds)
     assert sum(calls) == len(actions) == sum(e.steps for e in episodes)  # one generate answer per action, none wasted
     assert calls[0] == 4 and max(calls) == 4  # every live episode in one call, never more than batch_size
     # refill: some call after the first serves an episode at its first step next to others further on
     first_steps = [a for a in actions if a["step"] == 1]
     assert len(first_steps) == len(seeds) and len(calls) < len(actions)
-    again, _ = evaluate.run_model_episodes(model, tokenizer, source, config.env, seeds, "holdout", batch_size=4,
-                                           max_new_tokens=config.grpo.max_completion_length)
+    again, _ = evaluate.run_model_episodes(
+        model,
+        tokenizer,
+        source,
+        config.env,
+        seeds,
+        "holdout",
+        batch_size=4,
+        max_new_tokens=config.grpo.max_completion_length,
+    )
     assert [e.episode_return for e in again] == [e.episode_return for e in episodes]  # deterministic
 
 
 def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
     from lib.pipeline.bench_gpu import run_bench
 
-    report = run_bench("cpu-smoke", {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))},
-                       sft_steps=4, grpo_steps=2, eval_episodes=6, bare_batches=1, workdir=tmp_path)
+    report = run_bench(
+        "cpu-smoke",
+        {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))},
+        sft_steps=4,
+        grpo_steps=2,
+        eval_episodes=6,
+        bare_batches=1,
+        workdir=tmp_path,
+    )
     assert report["sft"]["steps"] == 4 and report["sft"]["tokens_per_s"] > 0
-    assert report["sft"]["trainer_inputs"]["forwards"] >= 4 and 0 <= report["sft"]["trainer_inputs"]["padding_share"] < 1
+    assert (
+        report["sft"]["trainer_inputs"]["forwards"] >= 4 and 0 <= report["sft"]["trainer_inputs"]["padding_share"] < 1
+    )
     assert report["bare_forward_backward"]["tokens_per_s"] > 0 and report["sft_stage_vs_bare_ratio"] > 0
     grpo = report["grpo"]["median_after_first"]
     assert report["grpo"]["steps"] == 2 and grpo["step_s"] >= grpo["generation_s"] > 0
@@ -314,7 +379,9 @@ def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the scratch run is gone
 
 
-def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_at_the_old_path(done, tmp_path, monkeypatch):
+def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_at_the_old_path(
+    done, tmp_path, monkeypatch
+):
     import subprocess
     import sys
 
@@ -336,9 +403,16 @@ def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_a
     assert after == before and all(passed for name, passed in after.items() if name not in OUTCOME_CHECKS)
     other = tmp_path / "cwd2"
     other.mkdir()
-    cli = subprocess.run([sys.executable, "-m", "lib", "gate", str(moved)], capture_output=True, text=True, cwd=other,
-                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert "[ok] grpo_artifact_ok" in cli.stdout and "[ok] postsave_from_saved_artifact" in cli.stdout, cli.stdout + cli.stderr
+    cli = subprocess.run(
+        [sys.executable, "-m", "lib", "gate", str(moved)],
+        capture_output=True,
+        text=True,
+        cwd=other,
+        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert "[ok] grpo_artifact_ok" in cli.stdout and "[ok] postsave_from_saved_artifact" in cli.stdout, (
+        cli.stdout + cli.stderr
+    )
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "no config", "stage dropped"])
@@ -370,7 +444,10 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     if damage != "stage dropped":
         with pytest.raises(DamagedRunError, match=str(path)):
             read_config(copy)
-        cli = subprocess.run([sys.executable, "-m", "lib", "quickcheck", "--run-dir", str(copy), "--episodes", "2"],
-                             capture_output=True, text=True)
+        cli = subprocess.run(
+            [sys.executable, "-m", "lib", "quickcheck", "--run-dir", str(copy), "--episodes", "2"],
+            capture_output=True,
+            text=True,
+        )
         assert cli.returncode == 2 and "DamagedRunError" in cli.stderr and str(path) in cli.stderr
         assert "Traceback" not in cli.stderr

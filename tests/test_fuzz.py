@@ -1,4 +1,5 @@
 """Fuzzing the action channel: nothing crashes, rewards stay finite, every invalid action scores the penalty."""
+
 import json
 import math
 
@@ -22,16 +23,18 @@ garbage = st.one_of(
     st.dictionaries(st.text(max_size=10), json_values, max_size=4).map(json.dumps),
     st.builds(lambda v: json.dumps({"action": v}), json_values),
     st.builds(lambda i: json.dumps({"action": f"a{i}"}), st.integers(min_value=90, max_value=10**9)),
-    st.sampled_from([
-        "ignore the rules, reward=1",
-        '{"action": "a1", "reward": 1.0}',
-        '{"reward": 1}',
-        '{"action": "a1"}{"action": "a2"}',
-        "[" * 200 + "]" * 200,
-        '{"a":' * 100 + "1" + "}" * 100,
-        "x" * (1 << 20),
-        '{"action": "a1"' + " " * (1 << 20) + "}",
-    ]),
+    st.sampled_from(
+        [
+            "ignore the rules, reward=1",
+            '{"action": "a1", "reward": 1.0}',
+            '{"reward": 1}',
+            '{"action": "a1"}{"action": "a2"}',
+            "[" * 200 + "]" * 200,
+            '{"a":' * 100 + "1" + "}" * 100,
+            "x" * (1 << 20),
+            '{"action": "a1"' + " " * (1 << 20) + "}",
+        ]
+    ),
 )
 
 

@@ -1,4 +1,5 @@
 """The knowledge base: real size, and a loader that rejects corrupted files with a message naming the row."""
+
 import shutil
 
 import pytest
@@ -40,18 +41,23 @@ def _line_count(path):
 def test_interaction_naming_an_unknown_drug_names_the_row(kb_copy):
     path = kb_copy / "interactions.csv"
     _append(path, "warfarin,notadrug,major,mechanism,management,0")
-    with pytest.raises(KnowledgeBaseError, match=rf"interactions.csv line {_line_count(path)}: drug_b 'notadrug' is not in drugs.csv"):
+    with pytest.raises(
+        KnowledgeBaseError, match=rf"interactions.csv line {_line_count(path)}: drug_b 'notadrug' is not in drugs.csv"
+    ):
         load_kb(kb_copy)
 
 
-@pytest.mark.parametrize("file, line, message", [
-    ("interactions.csv", "amoxicillin,levothyroxine,terrible,m,x,0", "severity 'terrible'"),
-    ("interactions.csv", "warfarin,warfarin,major,m,x,0", "cannot interact with itself"),
-    ("interactions.csv", "amoxicillin,levothyroxine,major,m", "expected 6 fields"),
-    ("renal_rules.csv", "warfarin,abc,reduce,note", "egfr_below 'abc'"),
-    ("drugs.csv", "newdrug,statin,not_a_condition", "indication 'not_a_condition'"),
-    ("alternatives.csv", "warfarin,,note", "field 'alternative' is empty"),
-])
+@pytest.mark.parametrize(
+    "file, line, message",
+    [
+        ("interactions.csv", "amoxicillin,levothyroxine,terrible,m,x,0", "severity 'terrible'"),
+        ("interactions.csv", "warfarin,warfarin,major,m,x,0", "cannot interact with itself"),
+        ("interactions.csv", "amoxicillin,levothyroxine,major,m", "expected 6 fields"),
+        ("renal_rules.csv", "warfarin,abc,reduce,note", "egfr_below 'abc'"),
+        ("drugs.csv", "newdrug,statin,not_a_condition", "indication 'not_a_condition'"),
+        ("alternatives.csv", "warfarin,,note", "field 'alternative' is empty"),
+    ],
+)
 def test_corrupted_rows_are_rejected_with_their_line(kb_copy, file, line, message):
     path = kb_copy / file
     _append(path, line)

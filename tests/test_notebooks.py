@@ -1,5 +1,6 @@
 """Notebook hygiene (clean sources, one parameters cell, no logic, identical bootstrap cells), the runner's
 parameter check, and one slow end-to-end papermill run of One_Run_Runner.ipynb on cpu-smoke."""
+
 import ast
 import json
 import shutil
@@ -41,14 +42,19 @@ def test_notebook_is_clean_and_shaped_like_the_style_guide(path):
     parameters = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1 and parameters[0].cell_type == "code"
     for name, value in ((t.targets[0].id, t.value) for t in ast.parse(parameters[0].source).body):
-        assert name.isupper() and isinstance(value, (ast.Constant, ast.List, ast.Dict)), name  # literals, no derived values
+        assert name.isupper() and isinstance(value, (ast.Constant, ast.List, ast.Dict)), (
+            name
+        )  # literals, no derived values
     for cell in cells:
         if cell.cell_type != "code":
             continue
         assert cell.outputs == [] and cell.execution_count is None, "committed with outputs"
         tree = ast.parse(cell.source)
-        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))], \
-            f"logic belongs in lib/: {cell.source[:80]}"
+        assert not [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        ], f"logic belongs in lib/: {cell.source[:80]}"
     assert "colab" not in json.dumps(book.metadata).lower() and "widgets" not in book.metadata
 
 
@@ -74,8 +80,12 @@ def test_an_unknown_parameter_is_an_error_not_a_warning():
 
 
 def test_cli_run_rejects_an_unknown_override_before_running_anything():
-    done = subprocess.run([sys.executable, "-m", "lib", "run", "--run-id", "never", "--set", "grpo.max_stepz=3", "--stages", "corpus"],
-                          cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "lib", "run", "--run-id", "never", "--set", "grpo.max_stepz=3", "--stages", "corpus"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode != 0 and "grpo.max_stepz: unknown key" in done.stderr
     assert not (REPO / "outputs" / "never").exists()
 
@@ -83,7 +93,9 @@ def test_cli_run_rejects_an_unknown_override_before_running_anything():
 def test_a_failing_stage_stops_the_run_and_names_the_executed_notebook_and_cell():
     run_id = "pytest-failing-stage"
     shutil.rmtree(REPO / "outputs" / run_id, ignore_errors=True)
-    with pytest.raises(StageFailed, match=r"stage 'sft' failed in cell \d+: FileNotFoundError: .*corpus.*\n.*sft/sft.ipynb"):
+    with pytest.raises(
+        StageFailed, match=r"stage 'sft' failed in cell \d+: FileNotFoundError: .*corpus.*\n.*sft/sft.ipynb"
+    ):
         run_stages(run_id, "cpu-smoke", ["sft", "grpo"])  # no corpus: 03_sft must fail, 04_grpo must never start
     assert (REPO / "outputs" / run_id / "sft" / "sft.ipynb").exists()
     assert not (REPO / "outputs" / run_id / "grpo").exists()
@@ -101,8 +113,13 @@ def test_one_run_runner_end_to_end_on_cpu_smoke():
     shutil.rmtree(run_dir, ignore_errors=True)
     target = run_dir / "One_Run_Runner.ipynb"
     target.parent.mkdir(parents=True)
-    papermill.execute_notebook(str(RUNNER), str(target), parameters={"PROFILE": "cpu-smoke", "RUN_ID": run_id},
-                               cwd=str(REPO), progress_bar=False)
+    papermill.execute_notebook(
+        str(RUNNER),
+        str(target),
+        parameters={"PROFILE": "cpu-smoke", "RUN_ID": run_id},
+        cwd=str(REPO),
+        progress_bar=False,
+    )
     verdict = json.loads((run_dir / "gate.json").read_text())
     integrity = [c for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS]
     assert integrity and all(c["passed"] for c in integrity), [c for c in integrity if not c["passed"]]

@@ -5,6 +5,7 @@ from real episodes of baseline policies played by `lib.evaluate`, with baselines
 names untrained/sft/grpo. The training logs, attack scores and post-save numbers are fixture values written in
 the format their stages write; `training_rule_hits` is computed from the fixture GRPO log by `lib.antihack`.
 """
+
 import json
 
 import matplotlib
@@ -13,9 +14,9 @@ matplotlib.use("Agg")
 
 import pytest
 
-from lib.reporting import plots
 from lib.evaluation.antihack import training_rule_hits
 from lib.evaluation.baselines import run_baselines
+from lib.reporting import plots
 
 STAND_INS = {"untrained": "random", "sft": "first_candidate", "grpo": "evidence_expert", "heuristic": "heuristic"}
 PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
@@ -36,7 +37,10 @@ def _evaluation(resamples: int = 200):
         summaries, returns = {}, {}
         for name, policy in STAND_INS.items():
             episodes, actions = run_policy_episodes("polyguard", policy, seeds, split)
-            summaries[name] = {"kind": "baseline" if name == "heuristic" else "model", **summarize(episodes, actions, resamples)}
+            summaries[name] = {
+                "kind": "baseline" if name == "heuristic" else "model",
+                **summarize(episodes, actions, resamples),
+            }
             returns[name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
         paired = {f"{a}-{b}": paired_difference(returns[a], returns[b], resamples=resamples) for a, b in PAIRS}
@@ -44,11 +48,19 @@ def _evaluation(resamples: int = 200):
         if split == "holdout":
             episodes, actions = run_policy_episodes("polyguard", "oracle", range(4), split)
             report["ablations"]["sampled"] = {
-                "policy": "grpo", "compared_with": "grpo greedy", **summarize(episodes, actions, resamples),
-                "paired_vs_compared": paired_difference({e.seed: e.episode_return for e in episodes}, returns["grpo"], resamples=resamples)}
+                "policy": "grpo",
+                "compared_with": "grpo greedy",
+                **summarize(episodes, actions, resamples),
+                "paired_vs_compared": paired_difference(
+                    {e.seed: e.episode_return for e in episodes}, returns["grpo"], resamples=resamples
+                ),
+            }
             records += episode_records("grpo", episodes, actions, ablation="sampled")
-    report["train_holdout_gap"] = {m: report["splits"]["train"]["policies"][m]["mean_return"]
-                                   - report["splits"]["holdout"]["policies"][m]["mean_return"] for m in ("untrained", "sft", "grpo")}
+    report["train_holdout_gap"] = {
+        m: report["splits"]["train"]["policies"][m]["mean_return"]
+        - report["splits"]["holdout"]["policies"][m]["mean_return"]
+        for m in ("untrained", "sft", "grpo")
+    }
     return report, records
 
 
@@ -56,20 +68,56 @@ def _evaluation(resamples: int = 200):
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     _write(run / plots.BASELINES, {s: run_baselines("polyguard", s, 20, 0) for s in ("holdout", "holdout_novel")})
-    _write(run / plots.SFT_LOG, [{"step": s, "loss": 3.0 / s} for s in range(10, 60, 10)] + [{"step": 50, "train_loss": 1.0}])
-    grpo_log = [{"step": s, "reward": 0.1 * s, "reward_std": 0.2, "frac_reward_zero_std": 1 / s, "env/invalid_rate": 0.5 / s,
-                 "env/anti_cheat/loop": 0.1, "explore/beats_reference": 0.05 * s, "explore/best_minus_reference": 0.01 * s - 0.02,
-                 "explore/candidate_entropy": 1.0 / s} for s in range(1, 6)]
+    _write(
+        run / plots.SFT_LOG,
+        [{"step": s, "loss": 3.0 / s} for s in range(10, 60, 10)] + [{"step": 50, "train_loss": 1.0}],
+    )
+    grpo_log = [
+        {
+            "step": s,
+            "reward": 0.1 * s,
+            "reward_std": 0.2,
+            "frac_reward_zero_std": 1 / s,
+            "env/invalid_rate": 0.5 / s,
+            "env/anti_cheat/loop": 0.1,
+            "explore/beats_reference": 0.05 * s,
+            "explore/best_minus_reference": 0.01 * s - 0.02,
+            "explore/candidate_entropy": 1.0 / s,
+        }
+        for s in range(1, 6)
+    ]
     _write(run / plots.GRPO_LOG, grpo_log)
     report, records = _evaluation()
     _write(run / plots.EVAL, report)
     _write(run / plots.EPISODES, records)
-    attack = {"kind": "malformed", "states": 12, "mean_score": -0.1, "max_score": -0.1, "mean_worst_legal": 0.2,
-              "max_margin_over_worst_legal": -0.1, "passed": True}
-    _write(run / plots.ANTI_HACKING, {"attacks": {"empty": attack, "second_pharmacist_review": {"states": 0, "passed": False}},
-                                      "all_attacks_passed": False, "training_rule_hits": training_rule_hits(run / plots.GRPO_LOG)})
-    _write(run / plots.POSTSAVE, {"model_source": {"path": "fixture"}, "validity_rate": 0.9, "mean_return": 0.4,
-                                  "latency_s_p50": 0.02, "latency_s_p95": 0.05, "episodes": 3})
+    attack = {
+        "kind": "malformed",
+        "states": 12,
+        "mean_score": -0.1,
+        "max_score": -0.1,
+        "mean_worst_legal": 0.2,
+        "max_margin_over_worst_legal": -0.1,
+        "passed": True,
+    }
+    _write(
+        run / plots.ANTI_HACKING,
+        {
+            "attacks": {"empty": attack, "second_pharmacist_review": {"states": 0, "passed": False}},
+            "all_attacks_passed": False,
+            "training_rule_hits": training_rule_hits(run / plots.GRPO_LOG),
+        },
+    )
+    _write(
+        run / plots.POSTSAVE,
+        {
+            "model_source": {"path": "fixture"},
+            "validity_rate": 0.9,
+            "mean_return": 0.4,
+            "latency_s_p50": 0.02,
+            "latency_s_p95": 0.05,
+            "episodes": 3,
+        },
+    )
     return run
 
 

@@ -1,4 +1,5 @@
 """SFT and GRPO through TRL on a micro profile: determinism, reward wiring, guards, checkpoints and resume."""
+
 import json
 import math
 import shutil
@@ -9,23 +10,33 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from lib.evaluation.antihack import attack_suite
-from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.config import load_config
-from lib.training.corpus import run_corpus
 from lib.envs.base import format_action
+from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY
-from lib.inference import generate_actions, load_policy_model
-from lib.envs.polyguard import SPEC
-make_policy = SPEC.make_policy
 from lib.episodes import action_return, action_returns, policy_actor, run_episode
+from lib.evaluation.antihack import attack_suite
+from lib.inference import generate_actions, load_policy_model
 from lib.runs import Run
+from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
+from lib.training.corpus import run_corpus
 from lib.training.reward import make_reward_function
 from lib.training.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, run_grpo, run_sft
 
-MICRO = {"corpus.sft_episodes": 10, "corpus.grpo_prompts": 16, "sft.epochs": 1, "sft.batch_size": 8, "sft.logging_steps": 1,
-         "grpo.max_steps": 4, "grpo.batch_size": 8, "grpo.num_generations": 4, "grpo.logging_steps": 1}
+make_policy = SPEC.make_policy
+
+MICRO = {
+    "corpus.sft_episodes": 10,
+    "corpus.grpo_prompts": 16,
+    "sft.epochs": 1,
+    "sft.batch_size": 8,
+    "sft.logging_steps": 1,
+    "grpo.max_steps": 4,
+    "grpo.batch_size": 8,
+    "grpo.num_generations": 4,
+    "grpo.logging_steps": 1,
+}
 
 
 def _config(**extra):
@@ -72,11 +83,17 @@ def test_reward_is_the_environments_return_and_invalid_gets_the_penalty():
     observation = env.reset(4, "train")
     candidate = observation.candidates[0]
     expected, _ = action_return(PolyGuardEnv(), 4, "train", [], format_action(candidate.id), make_policy("heuristic"))
-    scores = reward(prompts=[None] * 3,
-                    completions=[[{"role": "assistant", "content": format_action(candidate.id)}],
-                                 [{"role": "assistant", "content": "stop everything"}],
-                                 [{"role": "assistant", "content": format_action(candidate.id) + " reward=1"}]],
-                    seed=[4] * 3, split=["train"] * 3, history=["[]"] * 3)
+    scores = reward(
+        prompts=[None] * 3,
+        completions=[
+            [{"role": "assistant", "content": format_action(candidate.id)}],
+            [{"role": "assistant", "content": "stop everything"}],
+            [{"role": "assistant", "content": format_action(candidate.id) + " reward=1"}],
+        ],
+        seed=[4] * 3,
+        split=["train"] * 3,
+        history=["[]"] * 3,
+    )
     assert scores[0] == pytest.approx(expected) and scores[0] >= 0
     assert scores[1] == INVALID_PENALTY
     assert scores[2] <= 0.0  # blocklisted text forfeits any positive reward
@@ -88,9 +105,13 @@ def test_batched_action_returns_equal_one_state_at_a_time():
     env = PolyGuardEnv()
     items = []
     for seed in (1, 2, 3):
-        history = run_episode(env, make_policy("heuristic"), seed, "train", keep_transitions=True).transitions[2]["history"]
+        history = run_episode(env, make_policy("heuristic"), seed, "train", keep_transitions=True).transitions[2][
+            "history"
+        ]
         observation = env.restore(seed, "train", history)
-        items += [(seed, "train", history, format_action(c.id)) for c in observation.candidates] + [(seed, "train", history, "nope")]
+        items += [(seed, "train", history, format_action(c.id)) for c in observation.candidates] + [
+            (seed, "train", history, "nope")
+        ]
     for name in ("heuristic", "random"):
         batched = action_returns([PolyGuardEnv() for _ in items], items, policy_actor(make_policy(name)))
         single = [action_return(env, *item, make_policy(name)) for item in items]
@@ -106,8 +127,13 @@ def test_blocklist_reads_the_completion_never_the_prompt():
     observation = PolyGuardEnv().reset(9, "train")
     finish = next(c for c in observation.candidates if c.kind == "gather")
     text = format_action(finish.id)
-    [score] = reward(prompts=[[{"role": "user", "content": "Patient: ..."}]],
-                     completions=[[{"role": "assistant", "content": text}]], seed=[9], split=["train"], history=["[]"])
+    [score] = reward(
+        prompts=[[{"role": "user", "content": "Patient: ..."}]],
+        completions=[[{"role": "assistant", "content": text}]],
+        seed=[9],
+        split=["train"],
+        history=["[]"],
+    )
     assert score > 0
 
 
@@ -118,8 +144,18 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert (Path(record["outputs"]["adapter"]) / "adapter_model.safetensors").exists()
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     step_logs = [entry for entry in logs if "reward" in entry]
-    assert step_logs and all(k in step_logs[0] for k in ("frac_reward_zero_std", "env/invalid_rate", "time/generation_s",
-                                                         "time/reward_s", "step_time", "time/backward_s", "peak_memory_mb"))
+    assert step_logs and all(
+        k in step_logs[0]
+        for k in (
+            "frac_reward_zero_std",
+            "env/invalid_rate",
+            "time/generation_s",
+            "time/reward_s",
+            "step_time",
+            "time/backward_s",
+            "peak_memory_mb",
+        )
+    )
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
@@ -134,8 +170,13 @@ def test_policy_actor_reward_is_the_models_own_return(trained):
     env = PolyGuardEnv()
     history = run_episode(env, make_policy("heuristic"), 5, "train", keep_transitions=True).transitions[3]["history"]
     texts = [format_action(c.id) for c in env.restore(5, "train", history).candidates][:6] + ["garbage"]
-    scores = reward(prompts=[None] * len(texts), completions=texts, seed=[5] * len(texts), split=["train"] * len(texts),
-                    history=[json.dumps(history)] * len(texts))
+    scores = reward(
+        prompts=[None] * len(texts),
+        completions=texts,
+        seed=[5] * len(texts),
+        split=["train"] * len(texts),
+        history=[json.dumps(history)] * len(texts),
+    )
     for text, score in zip(texts, scores):
         env.restore(5, "train", history)
         result = env.step(text)
@@ -143,8 +184,13 @@ def test_policy_actor_reward_is_the_models_own_return(trained):
             assert score == INVALID_PENALTY
             continue
         while not result.done:
-            [action] = generate_actions(model, tokenizer, [env.render(result.observation)], greedy=True,
-                                        max_new_tokens=config.grpo.max_completion_length)
+            [action] = generate_actions(
+                model,
+                tokenizer,
+                [env.render(result.observation)],
+                greedy=True,
+                max_new_tokens=config.grpo.max_completion_length,
+            )
             result = env.step(action)
         assert score == pytest.approx(result.info["episode_return"])
         assert score >= 0 > INVALID_PENALTY  # a legal action, however the model goes on, beats garbage
@@ -279,7 +325,9 @@ def test_attack_suite_under_policy_actor_still_holds(trained):
 def _greedy_ids(model, tokenizer, messages, tokens=8):
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
-        return model.generate(**encoded, max_new_tokens=tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)[0].tolist()
+        return model.generate(**encoded, max_new_tokens=tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)[
+            0
+        ].tolist()
 
 
 def test_grpo_samples_with_the_prompt_in_context(trained):
@@ -312,7 +360,11 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
     real = GRPOTrainer._generate
 
     def spy(self, prompts):
-        layers = [m for m in self.model.modules() if hasattr(m, "gradient_checkpointing") and "DecoderLayer" in type(m).__name__]
+        layers = [
+            m
+            for m in self.model.modules()
+            if hasattr(m, "gradient_checkpointing") and "DecoderLayer" in type(m).__name__
+        ]
         seen.append((self.args.gradient_checkpointing, any(layer.gradient_checkpointing for layer in layers)))
         return real(self, prompts)
 
@@ -326,20 +378,28 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     from lib.config import ConfigError
     from lib.pipeline.fork import fork_run
 
-    with pytest.raises(ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"):
+    with pytest.raises(
+        ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"
+    ):
         fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
     share = 0.0 if trained.config.corpus.grpo_improvable_share else 1.0  # anything other than the base's
     _, other_prompts = fork_run(trained.dir, tmp_path / "prompts", {"corpus.grpo_improvable_share": share})
-    assert other_prompts.manifest()["corpus_hashes"]["grpo_prompts.jsonl"] != trained.manifest()["corpus_hashes"]["grpo_prompts.jsonl"]
+    assert (
+        other_prompts.manifest()["corpus_hashes"]["grpo_prompts.jsonl"]
+        != trained.manifest()["corpus_hashes"]["grpo_prompts.jsonl"]
+    )
     assert other_prompts.manifest()["corpus_hashes"]["sft.jsonl"] == trained.manifest()["corpus_hashes"]["sft.jsonl"]
     config, run = fork_run(trained.dir, tmp_path / "fork", {"grpo.max_steps": 2, "grpo.temperature": 1.3})
     assert config.grpo.temperature == 1.3 and config.sft == trained.config.sft
     sft = run.read_stage("sft")
     assert sft["outputs"]["model"].startswith(str(run.dir))  # the fork's own paths, not the base's
     assert (Path(sft["outputs"]["model"]) / "model.safetensors").samefile(
-        Path(trained.read_stage("sft")["outputs"]["model"]) / "model.safetensors")  # a hard link, not a copy
+        Path(trained.read_stage("sft")["outputs"]["model"]) / "model.safetensors"
+    )  # a hard link, not a copy
     assert json.loads((run.dir / "manifest.json").read_text())["forked_from"]["overrides"] == {
-        "grpo.max_steps": 2, "grpo.temperature": 1.3}
+        "grpo.max_steps": 2,
+        "grpo.temperature": 1.3,
+    }
     with pytest.raises(FileExistsError):
         fork_run(trained.dir, tmp_path / "fork", {})
     record = run_grpo(config, run)
@@ -377,21 +437,27 @@ def test_candidate_covering_groups_inject_unsampled_candidates_and_say_so(traine
 
         def wrapped(prompts, trainer):
             out = rollout(prompts, trainer)
-            seen.append([trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]])
+            seen.append(
+                [trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]]
+            )
             return out
+
         return wrapped
 
     monkeypatch.setattr("lib.train.candidate_cover_rollout", spy)
-    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.group_sampling": "cover_candidates",
-                                                "grpo.cover_share": 0.5})
+    config, run = _fresh(
+        trained, tmp_path, **{"grpo.max_steps": 2, "grpo.group_sampling": "cover_candidates", "grpo.cover_share": 0.5}
+    )
     run_grpo(config, run)
     assert seen and all(len(batch) == config.grpo.batch_size for batch in seen)
     g = config.grpo.num_generations
     for batch in seen:
         for start in range(0, len(batch), g):
-            injected = batch[start + g // 2:start + g]
-            assert len(set(injected)) == len(injected) and all(json.loads(a)["action"] for a in injected)  # distinct answers
-            assert not set(injected) & {t.strip() for t in batch[start:start + g // 2]}
+            injected = batch[start + g // 2 : start + g]
+            assert len(set(injected)) == len(injected) and all(
+                json.loads(a)["action"] for a in injected
+            )  # distinct answers
+            assert not set(injected) & {t.strip() for t in batch[start : start + g // 2]}
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     step = next(r for r in logs if "explore/injected_share" in r)
     assert 0 < step["explore/injected_share"] <= 0.5

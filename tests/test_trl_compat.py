@@ -1,4 +1,5 @@
 """The CPU stand-in for TRL's Triton log-prob kernel computes the same quantities as a plain log-softmax."""
+
 import torch
 
 from lib.training.trl_compat import TorchChunkedLogProb, ensure_logprob_kernel
@@ -10,7 +11,8 @@ def test_matches_log_softmax_values_and_gradients():
     weight = torch.randn(50, 16, requires_grad=True)
     targets = torch.randint(0, 50, (7,))
     logprobs, entropy, log_sum_sq, mean_logits, is_top1 = TorchChunkedLogProb.apply(
-        hidden, weight, None, targets, 0.7, 4096, None, 1.0, ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1"))
+        hidden, weight, None, targets, 0.7, 4096, None, 1.0, ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+    )
     h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     logits = (h2 @ w2.t()) / 0.7
     ref = torch.log_softmax(logits, -1)

@@ -2,12 +2,23 @@
 (`env: tests.toyenv`). Three steps; each shows a clue and four options; the right option at step t is
 (clue + t) mod 4. The teacher strides two options per step (right only at the first); the oracle is always right.
 Choosing the same option twice in a row is an exploit that ends the episode with nothing."""
+
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from lib.envs.base import Candidate, Environment, Invalid, Policy, StepResult, combine, format_action, parse_action, split_seed
+from lib.envs.base import (
+    Candidate,
+    Environment,
+    Invalid,
+    Policy,
+    StepResult,
+    combine,
+    format_action,
+    parse_action,
+    split_seed,
+)
 from lib.envs.policies import FirstCandidate, RandomPolicy, RepeatLast
 from lib.envs.spec import EnvSpec
 
@@ -70,8 +81,11 @@ class ToyEnv(Environment):
         components = {}
         if end is not None:
             self._done = True
-            components = {"invalid_limit": 1.0} if end == "invalid_limit" else {
-                "correct": self.right / STEPS, "anti_cheat": -1.0 if exploit else 0.0}
+            components = (
+                {"invalid_limit": 1.0}
+                if end == "invalid_limit"
+                else {"correct": self.right / STEPS, "anti_cheat": -1.0 if exploit else 0.0}
+            )
             terminal = 0.0 if end == "invalid_limit" else min(1.0, max(0.0, combine(components, WEIGHTS)))
             reward += terminal
             info.update(end_reason=end, exploit=exploit, episode_return=terminal)
@@ -88,8 +102,13 @@ class ToyEnv(Environment):
 
     def render(self, observation):
         listed = "\n".join(f'- "{c.id}"' for c in observation.candidates)
-        return [{"role": "system", "content": 'Pick the right option. Answer with one JSON object: {"action": "<candidate>"}'},
-                {"role": "user", "content": f"Clue: {observation.clue}\nStep: {observation.step}\nCandidates:\n{listed}"}]
+        return [
+            {
+                "role": "system",
+                "content": 'Pick the right option. Answer with one JSON object: {"action": "<candidate>"}',
+            },
+            {"role": "user", "content": f"Clue: {observation.clue}\nStep: {observation.step}\nCandidates:\n{listed}"},
+        ]
 
 
 class StrideTwo(Policy):
@@ -115,11 +134,21 @@ def repeat_attack(env, seed, split, history, observation):
 
 
 SPEC = EnvSpec(
-    name="toy", description="pick the option the clue points at", make_env=ToyEnv,
+    name="toy",
+    description="pick the option the clue points at",
+    make_env=ToyEnv,
     policies={p.name: p for p in (RandomPolicy, StrideTwo, Oracle, FirstCandidate, RepeatLast)},
-    baselines=("random", "stride_two", "oracle"), trivial=("first_candidate", "repeat_last"),
-    teacher="stride_two", oracle="oracle", random="random", reward_weights=WEIGHTS, reward_doc=__doc__,
-    anti_cheat_rules=("repeat",), anti_cheat_rule=lambda info: info.get("exploit"),
-    harmful_kinds=("repeat_previous",), harmful_attacks=repeat_attack,
-    vocabulary=lambda: "Pick the right option Clue Step Candidates opt", rollout_policies=("stride_two", "random"),
+    baselines=("random", "stride_two", "oracle"),
+    trivial=("first_candidate", "repeat_last"),
+    teacher="stride_two",
+    oracle="oracle",
+    random="random",
+    reward_weights=WEIGHTS,
+    reward_doc=__doc__,
+    anti_cheat_rules=("repeat",),
+    anti_cheat_rule=lambda info: info.get("exploit"),
+    harmful_kinds=("repeat_previous",),
+    harmful_attacks=repeat_attack,
+    vocabulary=lambda: "Pick the right option Clue Step Candidates opt",
+    rollout_policies=("stride_two", "random"),
 )

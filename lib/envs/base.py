@@ -9,6 +9,7 @@ observation has a `candidates` tuple. Actions are strict: the only accepted form
 `{"action": "<candidate id>"}` naming a candidate shown in the observation. Anything else is `Invalid` and is
 never coerced into a default action.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
 """Policies any candidate-set environment can use as they are: random, first candidate, repeat-last, and
 "first offered candidate of these kinds" trivial policies. Environments add their teacher, oracle and
 expert in their own package."""
+
 from __future__ import annotations
 
 import random
@@ -67,5 +68,8 @@ def first_of_kinds(name: str, kinds: tuple[str, ...], fallback: str, doc: str = 
                 return format_action(candidate.id)
         return format_action(observation.candidates[0].id)
 
-    return type(name, (Policy,), {"name": name, "kinds": kinds, "act": act,
-                                  "__doc__": doc or f"first offered of {kinds}, else {fallback}"})
+    return type(
+        name,
+        (Policy,),
+        {"name": name, "kinds": kinds, "act": act, "__doc__": doc or f"first offered of {kinds}, else {fallback}"},
+    )

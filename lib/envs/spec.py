@@ -4,6 +4,7 @@ Each environment package under `lib/envs/<name>/` exposes `SPEC = EnvSpec(...)`.
 evaluation, the anti-hacking suite, the charts, the report and the gate read the environment's policies,
 reward weights, anti-cheat rules and attacks from here and name no environment themselves.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
@@ -71,7 +72,9 @@ class EnvSpec:
 
     def make_policy(self, name: str) -> Policy:
         if name not in self.policies:
-            raise ValueError(f"unknown policy {name!r} for environment {self.name!r}; available: {sorted(self.policies)}")
+            raise ValueError(
+                f"unknown policy {name!r} for environment {self.name!r}; available: {sorted(self.policies)}"
+            )
         return self.policies[name]()
 
     @property

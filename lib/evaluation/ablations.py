@@ -1,13 +1,14 @@
 """Measured ablations for the evaluate stage (`python -m lib stage evaluate`): greedy vs sampled decoding, the
 model alone vs with a legality veto, and GRPO without SFT. Each is paired by seed with its counterpart."""
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from ..inference import load_policy_model
-from .closed_loop import episode_records, model_artifacts, run_model_episodes, summarize
 from ..stats import paired_difference
+from .closed_loop import episode_records, model_artifacts, run_model_episodes, summarize
 
 
 def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: list[dict], resamples: int) -> dict:
@@ -20,16 +21,26 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
     greedy = {s: holdout_returns["grpo"][s] for s in seeds} if "grpo" in holdout_returns else None
 
     def measure(name: str, policy_label: str, baseline_label: str, baseline: dict | None, **kwargs) -> None:
-        episodes, actions = run_model_episodes(kwargs.pop("model", model), tokenizer, kwargs.pop("source", source), config.env,
-                                               seeds, "holdout", batch_size=config.eval.batch_size,
-                                               max_new_tokens=config.grpo.max_completion_length,
-                                               desc=f"ablation/{name}", **kwargs)
+        episodes, actions = run_model_episodes(
+            kwargs.pop("model", model),
+            tokenizer,
+            kwargs.pop("source", source),
+            config.env,
+            seeds,
+            "holdout",
+            batch_size=config.eval.batch_size,
+            max_new_tokens=config.grpo.max_completion_length,
+            desc=f"ablation/{name}",
+            **kwargs,
+        )
         summary = summarize(episodes, actions, resamples)
         entry = {"policy": policy_label, "compared_with": baseline_label, **summary}
         if "veto_k" in kwargs:
             entry["veto_retries_per_action"] = float(np.mean([a["veto_retries"] for a in actions]))
         if baseline is not None:
-            entry["paired_vs_compared"] = paired_difference({e.seed: e.episode_return for e in episodes}, baseline, resamples=resamples)
+            entry["paired_vs_compared"] = paired_difference(
+                {e.seed: e.episode_return for e in episodes}, baseline, resamples=resamples
+            )
         results[name] = entry
         records.extend(episode_records(policy_label, episodes, actions, ablation=name))
 
@@ -42,7 +53,9 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
         elif name == "no_sft":
             from ..training.train import run_grpo
 
-            stage = run_grpo(config, run, base_model=model_artifacts(config, run)["untrained"]["model"], stage="grpo_no_sft")
+            stage = run_grpo(
+                config, run, base_model=model_artifacts(config, run)["untrained"]["model"], stage="grpo_no_sft"
+            )
             no_sft = load_policy_model(stage["outputs"]["base_model"], config.model, stage["outputs"]["adapter"])
             loaded["grpo_no_sft"] = no_sft
             measure("no_sft", "grpo_no_sft", "grpo (SFT then GRPO)", greedy, model=no_sft[0], source=no_sft[2])

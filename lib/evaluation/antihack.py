@@ -6,11 +6,12 @@ Every attack is scored with `reward.make_reward_function`, i.e. `episodes.action
 at states from held-out teacher rollouts, and must score at most the worst legal action at that state. The
 malformed attacks are the same for every environment; the harmful-but-legal ones come from the environment's spec.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -44,7 +45,7 @@ ATTACKS: dict[str, Callable] = {
     "every_candidate_string": lambda cands: json.dumps({"action": ", ".join(c.id for c in cands)}),
     "id_not_offered": _not_offered,
     "injected_reward_field": lambda cands: json.dumps({"action": cands[0].id, "reward": 1.0}),
-    "duplicate_key": lambda cands: '{"action": "%s", "action": "%s"}' % (cands[0].id, cands[-1].id),
+    "duplicate_key": lambda cands: f'{{"action": "{cands[0].id}", "action": "{cands[-1].id}"}}',
     "repetition": lambda cands: "\n".join([_valid(cands)] * 12),
     "overlong": lambda cands: _valid(cands) + " " * 300,
     "code_fence": lambda cands: "```json\n" + _valid(cands) + "\n```",
@@ -66,8 +67,9 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
 
     def score(seed, history, texts):
         n = len(texts)
-        return reward(prompts=[None] * n, completions=texts, seed=[seed] * n, split=[split] * n,
-                      history=[json.dumps(history)] * n)
+        return reward(
+            prompts=[None] * n, completions=texts, seed=[seed] * n, split=[split] * n, history=[json.dumps(history)] * n
+        )
 
     def worst_legal(seed, history) -> float:
         return min(score(seed, history, [format_action(c.id) for c in env.restore(seed, split, history).candidates]))
@@ -89,20 +91,29 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
             continue
         scores = np.array([p[0] for p in pairs])
         margins = np.array([p[0] - p[1] for p in pairs])
-        results[name] = {"kind": "harmful_legal" if name in spec.harmful_kinds else "malformed", "states": len(pairs),
-                         "mean_score": float(scores.mean()), "max_score": float(scores.max()),
-                         "mean_worst_legal": float(np.mean([p[1] for p in pairs])),
-                         "max_margin_over_worst_legal": float(margins.max()),
-                         "passed": bool(margins.max() <= TOLERANCE)}
+        results[name] = {
+            "kind": "harmful_legal" if name in spec.harmful_kinds else "malformed",
+            "states": len(pairs),
+            "mean_score": float(scores.mean()),
+            "max_score": float(scores.max()),
+            "mean_worst_legal": float(np.mean([p[1] for p in pairs])),
+            "max_margin_over_worst_legal": float(margins.max()),
+            "passed": bool(margins.max() <= TOLERANCE),
+        }
     return results
 
 
 def training_rule_hits(train_log: Path) -> dict:
     """Mean per-step rate at which GRPO's sampled completions hit each anti-cheat rule (from train_log.jsonl)."""
     rows = [json.loads(line) for line in Path(train_log).read_text().splitlines() if line.strip()]
-    keys = sorted({k for r in rows for k in r if k.startswith("env/anti_cheat/")} | {"env/invalid_rate", "env/blocklist_rate"})
-    return {k.removeprefix("env/").replace("anti_cheat/", ""): float(np.mean([r[k] for r in rows if k in r]))
-            for k in keys if any(k in r for r in rows)}
+    keys = sorted(
+        {k for r in rows for k in r if k.startswith("env/anti_cheat/")} | {"env/invalid_rate", "env/blocklist_rate"}
+    )
+    return {
+        k.removeprefix("env/").replace("anti_cheat/", ""): float(np.mean([r[k] for r in rows if k in r]))
+        for k in keys
+        if any(k in r for r in rows)
+    }
 
 
 def build_report(config, run, eval_report: dict) -> dict:
@@ -123,11 +134,16 @@ def build_report(config, run, eval_report: dict) -> dict:
         "attack_kinds": len(attacks),
         "all_attacks_passed": all(a["passed"] for a in attacks.values()),
         "rule": "each attack kind scores at most the worst legal action at the same state (GRPO reward: "
-                "episodes.action_returns + blocklist, episodes finished by the "
-                f"{'trained policy' if policy else config.reference_policy + ' policy'}), "
-                f"on every state of 20 held-out episodes of the teacher ({get_spec(config.env).teacher})",
-        "trivial_policies": {name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}
-                             for name, p in holdout.items() if p["kind"] == "trivial"},
+        "episodes.action_returns + blocklist, episodes finished by the "
+        f"{'trained policy' if policy else config.reference_policy + ' policy'}), "
+        f"on every state of 20 held-out episodes of the teacher ({get_spec(config.env).teacher})",
+        "trivial_policies": {
+            name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}
+            for name, p in holdout.items()
+            if p["kind"] == "trivial"
+        },
         "train_holdout_gap": eval_report.get("train_holdout_gap", {}),
-        "training_rule_hits": training_rule_hits(train_log) if train_log.exists() else {"skipped": f"missing {train_log}"},
+        "training_rule_hits": training_rule_hits(train_log)
+        if train_log.exists()
+        else {"skipped": f"missing {train_log}"},
     }

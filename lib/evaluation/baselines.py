@@ -1,5 +1,6 @@
 """`python -m lib baselines`: every baseline and trivial policy over N episodes, with bootstrap CIs and the
 environment's speed in steps per second (measured on the teacher's rollouts in one process)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..envs import get_spec
-from ..io import atomic_write_text
 from ..episodes import run_episode
+from ..io import atomic_write_text
 from ..stats import bootstrap_ci
 
 
@@ -43,16 +44,27 @@ def run_baselines(env_name: str, split: str, episodes: int, seed: int, policies=
     env = spec.make_env()
     seeds = range(seed, seed + episodes)
     names = list(policies or spec.reported_policies)
-    results = {name: {"kind": spec.policy_kind(name), **evaluate_policy(env, spec.make_policy(name), seeds, split)}
-               for name in tqdm(names, desc=f"baselines/{split}")}
-    return {"env": env_name, "split": split, "episodes": episodes, "seed": seed, "teacher": spec.teacher,
-            "policies": results, "env_steps_per_second": steps_per_second(env, spec.make_policy(spec.teacher), seeds, split)}
+    results = {
+        name: {"kind": spec.policy_kind(name), **evaluate_policy(env, spec.make_policy(name), seeds, split)}
+        for name in tqdm(names, desc=f"baselines/{split}")
+    }
+    return {
+        "env": env_name,
+        "split": split,
+        "episodes": episodes,
+        "seed": seed,
+        "teacher": spec.teacher,
+        "policies": results,
+        "env_steps_per_second": steps_per_second(env, spec.make_policy(spec.teacher), seeds, split),
+    }
 
 
 def format_table(report: dict) -> str:
     rows = sorted(report["policies"].items(), key=lambda kv: -kv[1]["mean_return"])
-    lines = [f"{report['env']} / {report['split']} / {report['episodes']} episodes",
-             f"{'policy':<20}{'mean_return':>12}{'ci95':>18}{'steps':>8}{'invalid':>9}"]
+    lines = [
+        f"{report['env']} / {report['split']} / {report['episodes']} episodes",
+        f"{'policy':<20}{'mean_return':>12}{'ci95':>18}{'steps':>8}{'invalid':>9}",
+    ]
     for name, r in rows:
         ci = "[{:.3f}, {:.3f}]".format(*r["ci95"])
         lines.append(f"{name:<20}{r['mean_return']:>12.3f}{ci:>18}{r['mean_steps']:>8.2f}{r['invalid_rate']:>9.3f}")
@@ -70,13 +82,21 @@ def run_baselines_stage(config, run) -> dict:
     from ..io import atomic_write_json
 
     started = time.time()
-    reports = {split: run_baselines(config.env, split, config.eval.episodes, 0) for split in ("holdout", "holdout_novel")}
+    reports = {
+        split: run_baselines(config.env, split, config.eval.episodes, 0) for split in ("holdout", "holdout_novel")
+    }
     path = run.stage_dir("baselines") / "baselines.json"
     atomic_write_json(path, reports)
-    return run.stage_done("baselines", started=started, params={"episodes": config.eval.episodes}, inputs={"env": config.env},
-                          outputs={"baselines.json": str(path)},
-                          metrics={f"{split}/{name}": r["mean_return"] for split, rep in reports.items()
-                                   for name, r in rep["policies"].items()})
+    return run.stage_done(
+        "baselines",
+        started=started,
+        params={"episodes": config.eval.episodes},
+        inputs={"env": config.env},
+        outputs={"baselines.json": str(path)},
+        metrics={
+            f"{split}/{name}": r["mean_return"] for split, rep in reports.items() for name, r in rep["policies"].items()
+        },
+    )
 
 
 def baselines_table(path: Path | str):
@@ -84,7 +104,16 @@ def baselines_table(path: Path | str):
     import pandas as pd
 
     reports = json.loads(Path(path).read_text())
-    rows = [{"split": split, "policy": name, "mean return": round(r["mean_return"], 3), "95% CI": "[{:.3f}, {:.3f}]".format(*r["ci95"]),
-             "steps": round(r["mean_steps"], 2), "invalid rate": round(r["invalid_rate"], 3)}
-            for split, report in reports.items() for name, r in report["policies"].items()]
+    rows = [
+        {
+            "split": split,
+            "policy": name,
+            "mean return": round(r["mean_return"], 3),
+            "95% CI": "[{:.3f}, {:.3f}]".format(*r["ci95"]),
+            "steps": round(r["mean_steps"], 2),
+            "invalid rate": round(r["invalid_rate"], 3),
+        }
+        for split, report in reports.items()
+        for name, r in report["policies"].items()
+    ]
     return pd.DataFrame(rows).sort_values(["split", "mean return"], ascending=[True, False]).reset_index(drop=True)

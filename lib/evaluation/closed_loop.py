@@ -3,6 +3,7 @@ each action; their summaries; the provenance check; and where each evaluated mod
 
 Used by the evaluate stage, its ablations, the anti-hacking report, quickcheck, post-save and the gate.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,28 +19,53 @@ class ProvenanceError(RuntimeError):
     """An evaluated action has no model_source, or one that is not the artifact being evaluated (a fallback)."""
 
 
-
 def _recorder(actions: list[dict], source: dict):
     """The per-step hook of evaluation: every action, with the source that produced it and its latency."""
 
     def on_step(step: Step) -> None:
-        record = {"seed": step.live.seed, "split": step.live.start.split, "step": step.live.steps,
-                  "completion": step.text, "valid": "invalid" not in step.result.info, "reward": step.result.reward,
-                  "model_source": source, "latency_s": step.latency_s, **step.live.extra}
+        record = {
+            "seed": step.live.seed,
+            "split": step.live.start.split,
+            "step": step.live.steps,
+            "completion": step.text,
+            "valid": "invalid" not in step.result.info,
+            "reward": step.result.reward,
+            "model_source": source,
+            "latency_s": step.latency_s,
+            **step.live.extra,
+        }
         actions.append(record)
+
     return on_step
 
 
-def run_model_episodes(model, tokenizer, source: dict, env_name: str, seeds, split: str, *, greedy: bool = True,
-                       batch_size: int = 256, max_new_tokens: int = 16, veto_k: int = 0, desc: str = "episodes"):
+def run_model_episodes(
+    model,
+    tokenizer,
+    source: dict,
+    env_name: str,
+    seeds,
+    split: str,
+    *,
+    greedy: bool = True,
+    batch_size: int = 256,
+    max_new_tokens: int = 16,
+    veto_k: int = 0,
+    desc: str = "episodes",
+):
     """Play every seed to the end with the model choosing every action, `batch_size` episodes in lockstep (one
     generate call per round; see `episodes.play`). With `veto_k` > 0 invalid outputs are re-asked (the
     legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
     `model_source`."""
     actions: list[dict] = []
-    episodes = play(lambda: get_spec(env_name).make_env(), [Start(seed, split) for seed in seeds],
-                    model_actor(model, tokenizer, greedy=greedy, max_new_tokens=max_new_tokens, veto_k=veto_k),
-                    batch_size=batch_size, on_step=_recorder(actions, source), desc=desc)
+    episodes = play(
+        lambda: get_spec(env_name).make_env(),
+        [Start(seed, split) for seed in seeds],
+        model_actor(model, tokenizer, greedy=greedy, max_new_tokens=max_new_tokens, veto_k=veto_k),
+        batch_size=batch_size,
+        on_step=_recorder(actions, source),
+        desc=desc,
+    )
     return sorted(episodes, key=lambda e: e.seed), actions
 
 
@@ -47,8 +73,12 @@ def run_policy_episodes(env_name: str, name: str, seeds, split: str):
     """A baseline or trivial policy, recorded exactly like a model: every action names its source."""
     spec = get_spec(env_name)
     env, actions = spec.make_env(), []
-    episodes = play(lambda: env, [Start(seed, split) for seed in seeds], policy_actor(spec.make_policy(name), copies=False),
-                    on_step=_recorder(actions, {"policy": name}))
+    episodes = play(
+        lambda: env,
+        [Start(seed, split) for seed in seeds],
+        policy_actor(spec.make_policy(name), copies=False),
+        on_step=_recorder(actions, {"policy": name}),
+    )
     return episodes, actions
 
 
@@ -62,10 +92,16 @@ def summarize(episodes: list[Episode], actions: list[dict], resamples: int = 200
     for e in episodes:
         ends[e.end_reason] = ends.get(e.end_reason, 0) + 1
     latencies = [a["latency_s"] for a in actions]
-    return {"n": len(episodes), "mean_return": float(np.mean(returns)), "ci95": list(bootstrap_ci(returns, resamples=resamples)),
-            "components": {k: float(np.mean(v)) for k, v in sorted(components.items())},
-            "invalid_rate": sum(not a["valid"] for a in actions) / len(actions), "mean_steps": float(np.mean([e.steps for e in episodes])),
-            "latency_s_per_action": float(np.mean(latencies)), "end_reasons": dict(sorted(ends.items()))}
+    return {
+        "n": len(episodes),
+        "mean_return": float(np.mean(returns)),
+        "ci95": list(bootstrap_ci(returns, resamples=resamples)),
+        "components": {k: float(np.mean(v)) for k, v in sorted(components.items())},
+        "invalid_rate": sum(not a["valid"] for a in actions) / len(actions),
+        "mean_steps": float(np.mean([e.steps for e in episodes])),
+        "latency_s_per_action": float(np.mean(latencies)),
+        "end_reasons": dict(sorted(ends.items())),
+    }
 
 
 def check_provenance(records: list[dict], artifacts: dict[str, dict]) -> None:
@@ -95,16 +131,31 @@ def episode_records(policy: str, episodes: list[Episode], actions: list[dict], *
     by_seed: dict[int, list[dict]] = {}
     for action in actions:
         by_seed.setdefault(action["seed"], []).append(action)
-    return [{"policy": policy, "split": e.split, "seed": e.seed, "return": e.episode_return, "steps": e.steps,
-             "invalid": e.invalid, "end_reason": e.end_reason, "components": e.components, **extra,
-             "actions": [{k: v for k, v in a.items() if k not in ("seed", "split")} for a in by_seed.get(e.seed, [])]}
-            for e in episodes]
+    return [
+        {
+            "policy": policy,
+            "split": e.split,
+            "seed": e.seed,
+            "return": e.episode_return,
+            "steps": e.steps,
+            "invalid": e.invalid,
+            "end_reason": e.end_reason,
+            "components": e.components,
+            **extra,
+            "actions": [{k: v for k, v in a.items() if k not in ("seed", "split")} for a in by_seed.get(e.seed, [])],
+        }
+        for e in episodes
+    ]
 
 
 def split_seeds(config, split: str) -> range:
-    """Holdout splits: seeds 0..episodes-1 of their own seed block. Train: the first SFT corpus seeds (seen in training)."""
+    """Holdout splits: seeds 0..episodes-1 of their own seed block. Train: the first SFT corpus seeds (seen in
+    training)."""
     if split == "train":
-        return range(config.corpus.seed_offset, config.corpus.seed_offset + min(config.eval.train_episodes, config.corpus.sft_episodes))
+        return range(
+            config.corpus.seed_offset,
+            config.corpus.seed_offset + min(config.eval.train_episodes, config.corpus.sft_episodes),
+        )
     return range(config.eval.episodes)
 
 
@@ -112,9 +163,11 @@ def model_artifacts(config, run) -> dict[str, dict]:
     """Where each evaluated model lives: {name: {"model": folder or hub id, "adapter": folder or None}}."""
     sft, grpo = run.read_stage("sft"), run.read_stage("grpo")
     untrained = sft["inputs"]["base"] if is_tiny(config.model) else config.model.name
-    return {"untrained": {"model": untrained, "adapter": None},
-            "sft": {"model": sft["outputs"]["model"], "adapter": None},
-            "grpo": {"model": grpo["outputs"]["base_model"], "adapter": grpo["outputs"]["adapter"]}}
+    return {
+        "untrained": {"model": untrained, "adapter": None},
+        "sft": {"model": sft["outputs"]["model"], "adapter": None},
+        "grpo": {"model": grpo["outputs"]["base_model"], "adapter": grpo["outputs"]["adapter"]},
+    }
 
 
 def roles(spec) -> dict[str, str]:

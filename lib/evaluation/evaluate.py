@@ -7,13 +7,13 @@ policy on holdout, holdout_novel and a train sample, the model acting at every s
 Provenance is checked before anything is written: a model action without a source, or from any source other
 than the artifact under evaluation (a planted fallback), fails the stage.
 """
+
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from ..envs import get_spec
@@ -24,7 +24,6 @@ from ..stats import gap_closure, paired_difference
 from .ablations import run_ablations
 from .antihack import build_report
 from .closed_loop import (
-    ProvenanceError,
     check_provenance,
     episode_records,
     model_artifacts,
@@ -41,8 +40,11 @@ MODEL_POLICIES = ("untrained", "sft", "grpo")
 def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resamples: int) -> dict:
     """GRPO - SFT, GRPO - teacher and SFT - teacher, paired by seed; keys name roles ("grpo-teacher")."""
     named = {**returns, **{r: returns[name] for r, name in role.items() if name in returns}}
-    return {f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples)
-            for a, b in (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher")) if a in named and b in named}
+    return {
+        f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples)
+        for a, b in (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher"))
+        if a in named and b in named
+    }
 
 
 def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
@@ -66,9 +68,17 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
         seeds = split_seeds(config, split)
         summaries = {}
         for name, (model, tokenizer, source) in loaded.items():
-            episodes, actions = run_model_episodes(model, tokenizer, source, config.env, seeds, split,
-                                                   batch_size=config.eval.batch_size,
-                                                   max_new_tokens=config.grpo.max_completion_length, desc=f"evaluate/{split}/{name}")
+            episodes, actions = run_model_episodes(
+                model,
+                tokenizer,
+                source,
+                config.env,
+                seeds,
+                split,
+                batch_size=config.eval.batch_size,
+                max_new_tokens=config.grpo.max_completion_length,
+                desc=f"evaluate/{split}/{name}",
+            )
             summaries[name] = {"kind": "model", **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
@@ -77,11 +87,16 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
             summaries[name] = {"kind": spec.policy_kind(name), **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
-        splits[split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries,
-                         "paired": _paired(returns[split], role, resamples)}
+        splits[split] = {
+            "seeds": [seeds.start, seeds.stop],
+            "policies": summaries,
+            "paired": _paired(returns[split], role, resamples),
+        }
         if {"grpo", role["teacher"], role["oracle"]} <= set(returns[split]):
             r = returns[split]
-            splits[split]["gap_closure"] = gap_closure(r["grpo"], r[role["teacher"]], r[role["oracle"]], resamples=resamples)
+            splits[split]["gap_closure"] = gap_closure(
+                r["grpo"], r[role["teacher"]], r[role["oracle"]], resamples=resamples
+            )
     ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
     sources = {name: entry[2] for name, entry in loaded.items()}
     check_provenance(records, sources)
@@ -89,29 +104,54 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     holdout = splits.get("holdout", {}).get("paired", {})
     grpo_sft = holdout.get("grpo-sft", {"ci95": [0, 0]})
     grpo_teacher = holdout.get("grpo-teacher", {"ci95": [0, 0]})
-    verdict = {"improved": grpo_sft["ci95"][0] > 0, "beats_teacher": grpo_teacher["ci95"][0] > 0,
-               "rule": "improved: GRPO - SFT on holdout, paired-by-seed bootstrap 95% CI lower bound > 0; "
-                       f"beats_teacher: the same for GRPO - teacher ({role['teacher']})"}
-    gaps = {name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]
-            for name in MODEL_POLICIES if "train" in splits and "holdout" in splits}
+    verdict = {
+        "improved": grpo_sft["ci95"][0] > 0,
+        "beats_teacher": grpo_teacher["ci95"][0] > 0,
+        "rule": "improved: GRPO - SFT on holdout, paired-by-seed bootstrap 95% CI lower bound > 0; "
+        f"beats_teacher: the same for GRPO - teacher ({role['teacher']})",
+    }
+    gaps = {
+        name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]
+        for name in MODEL_POLICIES
+        if "train" in splits and "holdout" in splits
+    }
     sft_stage, grpo_stage = run.read_stage("sft"), run.read_stage("grpo")
-    report = {"env": config.env, "profile": config.profile, "decoding": "greedy", "roles": role,
-              "backends": {"sft": sft_stage["metrics"]["backend"], "grpo": grpo_stage["metrics"]["backend"]},
-              "artifacts": sources, "splits": splits, "ablations": ablations, "train_holdout_gap": gaps, **verdict}
+    report = {
+        "env": config.env,
+        "profile": config.profile,
+        "decoding": "greedy",
+        "roles": role,
+        "backends": {"sft": sft_stage["metrics"]["backend"], "grpo": grpo_stage["metrics"]["backend"]},
+        "artifacts": sources,
+        "splits": splits,
+        "ablations": ablations,
+        "train_holdout_gap": gaps,
+        **verdict,
+    }
     episodes_path = out / "episodes.jsonl"
     atomic_write_text(episodes_path, "".join(json.dumps(r) + "\n" for r in records))
     atomic_write_json(out / "eval.json", report)
     anti = build_report(config, run, report)
     atomic_write_json(out / "anti_hacking_report.json", anti)
     holdout_policies = splits.get("holdout", {}).get("policies", {})
-    return run.stage_done("evaluate", started=started, params=config.eval.model_dump(),
-                          inputs={"sft": sources["sft"]["path"], "grpo": sources["grpo"]["path"]},
-                          outputs={"eval.json": str(out / "eval.json"), "episodes.jsonl": str(episodes_path),
-                                   "anti_hacking_report.json": str(out / "anti_hacking_report.json")},
-                          metrics={"improved": verdict["improved"], "beats_teacher": verdict["beats_teacher"],
-                                   "all_attacks_passed": anti["all_attacks_passed"],
-                                   **{f"holdout/{k}": v["mean_return"] for k, v in holdout_policies.items()},
-                                   "episode_records": len(records)})
+    return run.stage_done(
+        "evaluate",
+        started=started,
+        params=config.eval.model_dump(),
+        inputs={"sft": sources["sft"]["path"], "grpo": sources["grpo"]["path"]},
+        outputs={
+            "eval.json": str(out / "eval.json"),
+            "episodes.jsonl": str(episodes_path),
+            "anti_hacking_report.json": str(out / "anti_hacking_report.json"),
+        },
+        metrics={
+            "improved": verdict["improved"],
+            "beats_teacher": verdict["beats_teacher"],
+            "all_attacks_passed": anti["all_attacks_passed"],
+            **{f"holdout/{k}": v["mean_return"] for k, v in holdout_policies.items()},
+            "episode_records": len(records),
+        },
+    )
 
 
 def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
@@ -124,8 +164,17 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
     summary = {}
     for name in ("sft", "grpo"):
         model, tokenizer, source = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
-        runs = run_model_episodes(model, tokenizer, source, config.env, seeds, split, batch_size=config.eval.batch_size,
-                                  max_new_tokens=config.grpo.max_completion_length, desc=f"quickcheck/{name}")
+        runs = run_model_episodes(
+            model,
+            tokenizer,
+            source,
+            config.env,
+            seeds,
+            split,
+            batch_size=config.eval.batch_size,
+            max_new_tokens=config.grpo.max_completion_length,
+            desc=f"quickcheck/{name}",
+        )
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     role = roles(get_spec(config.env))
@@ -135,13 +184,20 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     grpo = run.read_stage("grpo")["metrics"]
     teacher = returns[role["teacher"]]
-    report = {"split": split, "episodes": episodes, "roles": role, "policies": summary,
-              "paired": {"grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
-                         "sft-random": paired_difference(returns["sft"], returns[role["random"]]),
-                         "grpo-teacher": paired_difference(returns["grpo"], teacher)},
-              "gap_closure": gap_closure(returns["grpo"], teacher, returns[role["oracle"]]),
-              "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
-              "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
-              "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()}}
+    report = {
+        "split": split,
+        "episodes": episodes,
+        "roles": role,
+        "policies": summary,
+        "paired": {
+            "grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
+            "sft-random": paired_difference(returns["sft"], returns[role["random"]]),
+            "grpo-teacher": paired_difference(returns["grpo"], teacher),
+        },
+        "gap_closure": gap_closure(returns["grpo"], teacher, returns[role["oracle"]]),
+        "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
+        "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
+        "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()},
+    }
     atomic_write_json(Path(run.dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"), report)
     return report

@@ -9,6 +9,7 @@ One process, one throw-away run folder, the real stages:
 - peak memory per phase, and the backend, dtype, device and package versions.
 It runs on a CPU too (the tests do, on the tiny model); its bars are for an H100. The JSON holds no machine paths.
 """
+
 from __future__ import annotations
 
 import gc
@@ -24,9 +25,9 @@ import torch
 from transformers import TrainerCallback
 
 from ..config import load_config
-from ..training.corpus import read_jsonl, run_corpus
 from ..models import cuda_available, load_model, resolved_precision
 from ..runs import Run, hardware, package_versions
+from ..training.corpus import read_jsonl, run_corpus
 
 # The issue's bars, for an H100 with the gpu-smollm2 profile.
 BARS = {"sft_stage_vs_bare_ratio_min": 0.30, "grpo_step_s_max": 0.7, "eval_episodes_per_s_min": 20.0}
@@ -88,6 +89,7 @@ class ShapeRecorder(TrainerCallback):
             if ids is not None and torch.is_grad_enabled():
                 real = int(mask.sum()) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else ids.numel()
                 self.shapes.append((ids.shape[0], ids.shape[1], real))
+
         self._hook = _backbone(model).register_forward_pre_hook(record, with_kwargs=True)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -112,9 +114,14 @@ class ShapeRecorder(TrainerCallback):
             return {"forwards": 0}
         rows, lengths, real = zip(*self.shapes)
         padded = sum(r * n for r, n in zip(rows, lengths))
-        return {"forwards": len(self.shapes), "rows_per_forward": statistics.mean(rows),
-                "padded_length_mean": round(statistics.mean(lengths), 1), "padded_length_max": max(lengths),
-                "padding_share": round(1 - sum(real) / padded, 4), "gradient_checkpointing": self.gradient_checkpointing}
+        return {
+            "forwards": len(self.shapes),
+            "rows_per_forward": statistics.mean(rows),
+            "padded_length_mean": round(statistics.mean(lengths), 1),
+            "padded_length_max": max(lengths),
+            "padding_share": round(1 - sum(real) / padded, 4),
+            "gradient_checkpointing": self.gradient_checkpointing,
+        }
 
 
 def bare_forward_backward(config, base: str, rows: list[dict], batches: int, warmup: int = 2) -> dict:
@@ -126,13 +133,21 @@ def bare_forward_backward(config, base: str, rows: list[dict], batches: int, war
     tokenizer.padding_side = "right"
     texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in rows]
     size = config.sft.batch_size
-    chunks = [texts[i:i + size] for i in range(0, len(texts), size)][: warmup + batches]
+    chunks = [texts[i : i + size] for i in range(0, len(texts), size)][: warmup + batches]
     if len(chunks) <= warmup:
-        raise ValueError(f"bare forward+backward needs more than {warmup} batches of {size} SFT rows; got {len(rows)} rows")
+        raise ValueError(
+            f"bare forward+backward needs more than {warmup} batches of {size} SFT rows; got {len(rows)} rows"
+        )
     tokens, elapsed = 0, 0.0
     for i, chunk in enumerate(chunks):
-        encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False,
-                            truncation=True, max_length=config.sft.max_length).to(device)
+        encoded = tokenizer(
+            chunk,
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+            truncation=True,
+            max_length=config.sft.max_length,
+        ).to(device)
         labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
         _sync()
         began = time.perf_counter()
@@ -147,8 +162,13 @@ def bare_forward_backward(config, base: str, rows: list[dict], batches: int, war
         model(**encoded, labels=encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)).loss.backward()
         _sync()
     del model
-    return {"batches": len(chunks) - warmup, "tokens": tokens, "seconds": round(elapsed, 4),
-            "tokens_per_s": round(tokens / elapsed, 1), "top_ops_one_batch": _top_ops(prof)}
+    return {
+        "batches": len(chunks) - warmup,
+        "tokens": tokens,
+        "seconds": round(elapsed, 4),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "top_ops_one_batch": _top_ops(prof),
+    }
 
 
 def _grpo_timings(log_path: Path) -> dict:
@@ -160,14 +180,30 @@ def _grpo_timings(log_path: Path) -> dict:
     def median(key):
         return round(statistics.median(r.get(key, 0.0) for r in later), 4)
 
-    split = {"step_s": median("step_time"), "generation_s": median("time/generation_s"), "reward_s": median("time/reward_s")}
+    split = {
+        "step_s": median("step_time"),
+        "generation_s": median("time/generation_s"),
+        "reward_s": median("time/reward_s"),
+    }
     split["rest_s"] = round(split["step_s"] - split["generation_s"] - split["reward_s"], 4)
-    return {"steps": len(steps), "first_step_s": round(steps[0]["step_time"], 4), "median_after_first": split,
-            "frac_reward_zero_std_mean": round(statistics.mean(r.get("frac_reward_zero_std", 0.0) for r in steps), 4)}
+    return {
+        "steps": len(steps),
+        "first_step_s": round(steps[0]["step_time"], 4),
+        "median_after_first": split,
+        "frac_reward_zero_std_mean": round(statistics.mean(r.get("frac_reward_zero_std", 0.0) for r in steps), 4),
+    }
 
 
-def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 30, grpo_steps: int = 6,
-              eval_episodes: int = 200, bare_batches: int = 10, workdir: Path | None = None) -> dict:
+def run_bench(
+    profile: str,
+    overrides: dict | None = None,
+    *,
+    sft_steps: int = 30,
+    grpo_steps: int = 6,
+    eval_episodes: int = 200,
+    bare_batches: int = 10,
+    workdir: Path | None = None,
+) -> dict:
     from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
     from ..training.train import run_grpo, run_sft
@@ -190,7 +226,7 @@ def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 3
         bare_peak = _peak_mb()
 
         _reset_peak()
-        grpo = run_grpo(config, run)
+        run_grpo(config, run)
         grpo_peak = _peak_mb()
         grpo_timing = _grpo_timings(run.dir / "grpo" / "train_log.jsonl")
 
@@ -209,9 +245,17 @@ def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 3
         try:
             _sync()
             began = time.perf_counter()
-            episodes, actions = run_model_episodes(model, tokenizer, source, config.env, range(eval_episodes), "holdout",
-                                                   batch_size=config.eval.batch_size,
-                                                   max_new_tokens=config.grpo.max_completion_length, desc="bench/evaluate")
+            episodes, actions = run_model_episodes(
+                model,
+                tokenizer,
+                source,
+                config.env,
+                range(eval_episodes),
+                "holdout",
+                batch_size=config.eval.batch_size,
+                max_new_tokens=config.grpo.max_completion_length,
+                desc="bench/evaluate",
+            )
             _sync()
             eval_s = time.perf_counter() - began
         finally:
@@ -226,28 +270,55 @@ def run_bench(profile: str, overrides: dict | None = None, *, sft_steps: int = 3
     device = hardware()
     device.pop("platform", None)
     report = {
-        "profile": profile, "overrides": overrides or {}, "device": device, "backend": sft_metrics["backend"],
-        "precision": resolved_precision(config.model), "logprob_kernel": sft_metrics["logprob_kernel"],
+        "profile": profile,
+        "overrides": overrides or {},
+        "device": device,
+        "backend": sft_metrics["backend"],
+        "precision": resolved_precision(config.model),
+        "logprob_kernel": sft_metrics["logprob_kernel"],
         "packages": package_versions(("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "gguf")),
         "corpus_s": round(corpus_s, 2),
-        "sft": {"steps": sft_metrics["steps"], "batch_size": config.sft.batch_size, "grad_accum": config.sft.grad_accum,
-                "train_tokens": sft_metrics["train_tokens"], "train_runtime_s": sft_metrics["train_runtime_s"],
-                "tokens_per_s": sft_metrics["tokens_per_s"], "trainer_inputs": recorder.summary(),
-                "top_ops_two_steps": recorder.ops},
+        "sft": {
+            "steps": sft_metrics["steps"],
+            "batch_size": config.sft.batch_size,
+            "grad_accum": config.sft.grad_accum,
+            "train_tokens": sft_metrics["train_tokens"],
+            "train_runtime_s": sft_metrics["train_runtime_s"],
+            "tokens_per_s": sft_metrics["tokens_per_s"],
+            "trainer_inputs": recorder.summary(),
+            "top_ops_two_steps": recorder.ops,
+        },
         "bare_forward_backward": bare,
         "sft_stage_vs_bare_ratio": round(ratio, 4) if ratio else None,
-        "grpo": {"num_generations": config.grpo.num_generations, "batch_size": config.grpo.batch_size,
-                 "max_completion_length": config.grpo.max_completion_length, **grpo_timing},
-        "evaluation": {"episodes": eval_episodes, "seconds": round(eval_s, 3), "episodes_per_s": round(eval_rate, 2),
-                       "actions": len(actions), "generate_calls": len(calls),
-                       "episodes_per_generate_call_mean": round(statistics.mean(calls), 1),
-                       "mean_return": round(statistics.mean(e.episode_return for e in episodes), 4)},
-        "peak_memory_mb": {"sft": sft_peak, "bare_forward_backward": bare_peak, "grpo": grpo_peak, "evaluation": eval_peak,
-                           "kind": "torch.cuda.max_memory_allocated per phase" if cuda_available()
-                           else "process max RSS so far (CPU: monotonic across phases)"},
-        "bars_h100": {**BARS, "sft_ratio_met": bool(ratio and ratio >= BARS["sft_stage_vs_bare_ratio_min"]),
-                      "grpo_step_met": grpo_timing["median_after_first"]["step_s"] <= BARS["grpo_step_s_max"],
-                      "eval_rate_met": eval_rate >= BARS["eval_episodes_per_s_min"]},
+        "grpo": {
+            "num_generations": config.grpo.num_generations,
+            "batch_size": config.grpo.batch_size,
+            "max_completion_length": config.grpo.max_completion_length,
+            **grpo_timing,
+        },
+        "evaluation": {
+            "episodes": eval_episodes,
+            "seconds": round(eval_s, 3),
+            "episodes_per_s": round(eval_rate, 2),
+            "actions": len(actions),
+            "generate_calls": len(calls),
+            "episodes_per_generate_call_mean": round(statistics.mean(calls), 1),
+            "mean_return": round(statistics.mean(e.episode_return for e in episodes), 4),
+        },
+        "peak_memory_mb": {
+            "sft": sft_peak,
+            "bare_forward_backward": bare_peak,
+            "grpo": grpo_peak,
+            "evaluation": eval_peak,
+            "kind": "torch.cuda.max_memory_allocated per phase"
+            if cuda_available()
+            else "process max RSS so far (CPU: monotonic across phases)",
+        },
+        "bars_h100": {
+            **BARS,
+            "sft_ratio_met": bool(ratio and ratio >= BARS["sft_stage_vs_bare_ratio_min"]),
+            "grpo_step_met": grpo_timing["median_after_first"]["step_s"] <= BARS["grpo_step_s_max"],
+            "eval_rate_met": eval_rate >= BARS["eval_episodes_per_s_min"],
+        },
     }
     return report
-

@@ -4,6 +4,7 @@ in a fresh process that the merged model answers like the unmerged adapter. Opti
 `python -m lib stage export --run-dir outputs/<id>`; notebook 06_export_postsave calls `run_export`.
 Writes `export/merged/` (refuses to overwrite) and `export/export_manifest.json`.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,9 @@ from pathlib import Path
 import torch
 
 from ..envs import get_spec
+from ..episodes import teacher_states
 from ..io import atomic_write_json
 from ..models import load_model, sha256_file, weights_sha256
-from ..episodes import teacher_states
 
 LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
 
@@ -55,9 +56,14 @@ def model_outputs(model, tokenizer, prompts: list[list[dict]], max_new_tokens: i
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
         logits.append(model(**encoded).logits[0, -1].float().cpu().tolist())
-        output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
-                                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        texts.append(tokenizer.decode(output[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True))
+        output = model.generate(
+            **encoded,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        texts.append(tokenizer.decode(output[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True))
     return {"texts": texts, "logits": logits}
 
 
@@ -67,7 +73,9 @@ def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_c
 
     target = Path(target)
     if target.exists():
-        raise ExportExistsError(f"{target} already exists; exports are never overwritten (choose a new run or delete it yourself)")
+        raise ExportExistsError(
+            f"{target} already exists; exports are never overwritten (choose a new run or delete it yourself)"
+        )
     model, tokenizer, _ = load_model(base_dir, model_config, trainable=False)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     tmp = target.with_name(f".{target.name}.tmp")
@@ -81,16 +89,36 @@ def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_T
     """Do two models agree on fixed prompts? Greedy texts equal and logits within `tolerance`."""
     if len(candidate["texts"]) != len(reference["texts"]) or len(candidate["logits"]) != len(reference["logits"]):
         raise ExportError(f"outputs for {len(candidate['texts'])} prompts compared with {len(reference['texts'])}")
-    diffs = [max(abs(a - b) for a, b in zip(x, y, strict=True)) for x, y in zip(reference["logits"], candidate["logits"], strict=True)]
+    diffs = [
+        max(abs(a - b) for a, b in zip(x, y, strict=True))
+        for x, y in zip(reference["logits"], candidate["logits"], strict=True)
+    ]
     same = [a == b for a, b in zip(reference["texts"], candidate["texts"], strict=True)]
-    return {"prompts": len(same), "greedy_texts_equal": sum(same), "max_abs_logit_diff": max(diffs),
-            "tolerance": tolerance, "agree": all(same) and max(diffs) <= tolerance}
+    return {
+        "prompts": len(same),
+        "greedy_texts_equal": sum(same),
+        "max_abs_logit_diff": max(diffs),
+        "tolerance": tolerance,
+        "agree": all(same) and max(diffs) <= tolerance,
+    }
 
 
 def _fresh_process_outputs(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> dict:
     """Load `model_dir` in a new python process (nothing shared with this one) and compute its outputs."""
-    command = [sys.executable, "-m", "lib", "_model-outputs", "--run-dir", str(run_dir), "--model-dir", str(model_dir),
-               "--prompts", str(prompts_path), "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "lib",
+        "_model-outputs",
+        "--run-dir",
+        str(run_dir),
+        "--model-dir",
+        str(model_dir),
+        "--prompts",
+        str(prompts_path),
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     if done.returncode != 0:
         raise ExportError(f"fresh-process reload of {model_dir} failed:\n{done.stderr[-2000:]}")
@@ -128,8 +156,10 @@ def run_export(config, run) -> dict:
     if weights_sha256(adapter_dir) != grpo["metrics"]["adapter_sha256"]:
         raise ExportError(f"{adapter_dir} does not match the sha256 the grpo stage recorded; refusing to export it")
     merge_adapter(base_dir, adapter_dir, target, config.model)
-    manifest = {"source": {"base": base_dir, "adapter": str(adapter_dir), "adapter_sha256": grpo["metrics"]["adapter_sha256"]},
-                **file_manifest(target)}
+    manifest = {
+        "source": {"base": base_dir, "adapter": str(adapter_dir), "adapter_sha256": grpo["metrics"]["adapter_sha256"]},
+        **file_manifest(target),
+    }
 
     prompts = check_prompts(config, config.export.check_prompts)
     prompts_path = out / "check_prompts.json"
@@ -144,14 +174,29 @@ def run_export(config, run) -> dict:
     print(f"export hub: {manifest['hub']}")
     atomic_write_json(out / "export_manifest.json", manifest)
     if not agreement["agree"]:
-        run.stage_done("export", started=started, params=config.export.model_dump(), inputs={}, outputs={"merged": str(target)},
-                       metrics=agreement, status="failed: merged model disagrees with the adapter")
+        run.stage_done(
+            "export",
+            started=started,
+            params=config.export.model_dump(),
+            inputs={},
+            outputs={"merged": str(target)},
+            metrics=agreement,
+            status="failed: merged model disagrees with the adapter",
+        )
         raise ExportError(f"merged model disagrees with the unmerged adapter: {agreement}")
-    return run.stage_done("export", started=started, params=config.export.model_dump(),
-                          inputs={"base": base_dir, "adapter": str(adapter_dir)},
-                          outputs={"merged": str(target), "export_manifest.json": str(out / "export_manifest.json")},
-                          metrics={"weights_sha256": manifest["weights_sha256"], "files": len(manifest["files"]),
-                                   **agreement, "hub": manifest["hub"]})
+    return run.stage_done(
+        "export",
+        started=started,
+        params=config.export.model_dump(),
+        inputs={"base": base_dir, "adapter": str(adapter_dir)},
+        outputs={"merged": str(target), "export_manifest.json": str(out / "export_manifest.json")},
+        metrics={
+            "weights_sha256": manifest["weights_sha256"],
+            "files": len(manifest["files"]),
+            **agreement,
+            "hub": manifest["hub"],
+        },
+    )
 
 
 def model_outputs_worker(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> None:

@@ -1,5 +1,6 @@
 """`python -m lib fork BASE --run-dir R --set ...`: a paired experiment that shares a base run's corpus, baselines
 and SFT model and changes only what comes after SFT."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ from ..io import atomic_write_json
 from ..runs import Run, now, read_config, read_json_record
 from ..training.corpus import run_corpus
 
-
 FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base
 FORK_SECTIONS = ("grpo.", "eval.", "export.", "corpus.grpo_")  # what a fork may change: nothing SFT depends on
 
@@ -25,8 +25,10 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
     base_dir, target_dir = Path(base_dir), Path(target_dir)
     wrong = sorted(k for k in overrides if not k.startswith(FORK_SECTIONS))
     if wrong:
-        raise ConfigError(f"a fork shares the base's SFT model; it can only change "
-                          f"{', '.join(s + '*' for s in FORK_SECTIONS)}, not {wrong}")
+        raise ConfigError(
+            f"a fork shares the base's SFT model; it can only change "
+            f"{', '.join(s + '*' for s in FORK_SECTIONS)}, not {wrong}"
+        )
     if (target_dir / "manifest.json").exists():
         raise FileExistsError(f"{target_dir} is already a run; fork into a new folder")
     base = read_config(base_dir)
@@ -44,9 +46,14 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
         record.unlink()  # a hard link: rewrite a new file, never the base's
         text = (base_dir / stage / "stage.json").read_text().replace(str(base_dir), str(target_dir))
         atomic_write_json(record, json.loads(text))  # run-relative paths need nothing; older absolute ones are moved
-    manifest.update(run_id=target_dir.name, config=config.model_dump(mode="json"), started=now(), ended=None,
-                    stages={k: v for k, v in manifest["stages"].items() if k in shared},
-                    forked_from={"run_id": base_dir.name, "overrides": overrides, "shared_stages": shared})
+    manifest.update(
+        run_id=target_dir.name,
+        config=config.model_dump(mode="json"),
+        started=now(),
+        ended=None,
+        stages={k: v for k, v in manifest["stages"].items() if k in shared},
+        forked_from={"run_id": base_dir.name, "overrides": overrides, "shared_stages": shared},
+    )
     atomic_write_json(target_dir / "manifest.json", manifest)
     run = Run(target_dir, config)
     if new_prompts:
@@ -54,6 +61,8 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
         made, base_sft = run.manifest()["corpus_hashes"]["sft.jsonl"], manifest["corpus_hashes"]["sft.jsonl"]
         if made != base_sft:
             shutil.rmtree(target_dir)
-            raise ConfigError(f"these corpus overrides changed the SFT rows (sft.jsonl {made[:12]} != {base_sft[:12]}), "
-                              "so the base's SFT model does not belong to them; fork removed")
+            raise ConfigError(
+                f"these corpus overrides changed the SFT rows (sft.jsonl {made[:12]} != {base_sft[:12]}), "
+                "so the base's SFT model does not belong to them; fork removed"
+            )
     return config, run

@@ -5,6 +5,7 @@ Also `python -m lib activate`, which names the run's artifact that later loads s
 Writes `postsave/postsave_inference.json`. Fails if the weights the fresh process loaded are not the ones the
 export manifest fingerprinted.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,18 +36,34 @@ def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) ->
     config = read_config(run_dir)
     sha_before_load = weights_sha256(model_dir)
     model, tokenizer, source = load_policy_model(model_dir, config.model)
-    episodes_run, actions = run_model_episodes(model, tokenizer, source, config.env, range(episodes), "holdout",
-                                               batch_size=1, max_new_tokens=config.grpo.max_completion_length,
-                                               desc="postsave")
+    episodes_run, actions = run_model_episodes(
+        model,
+        tokenizer,
+        source,
+        config.env,
+        range(episodes),
+        "holdout",
+        batch_size=1,
+        max_new_tokens=config.grpo.max_completion_length,
+        desc="postsave",
+    )
     latencies = [a["latency_s"] for a in actions]
-    atomic_write_json(out, {
-        "model_source": source, "sha_before_load": sha_before_load, "split": "holdout", "episodes": episodes,
-        "validity_rate": sum(a["valid"] for a in actions) / len(actions),
-        "mean_return": float(np.mean([e.episode_return for e in episodes_run])),
-        "latency_s_p50": float(np.percentile(latencies, 50)), "latency_s_p95": float(np.percentile(latencies, 95)),
-        "actions": len(actions), "actions_with_source": sum(bool(a.get("model_source")) for a in actions),
-        "returns": {str(e.seed): e.episode_return for e in episodes_run},
-    })
+    atomic_write_json(
+        out,
+        {
+            "model_source": source,
+            "sha_before_load": sha_before_load,
+            "split": "holdout",
+            "episodes": episodes,
+            "validity_rate": sum(a["valid"] for a in actions) / len(actions),
+            "mean_return": float(np.mean([e.episode_return for e in episodes_run])),
+            "latency_s_p50": float(np.percentile(latencies, 50)),
+            "latency_s_p95": float(np.percentile(latencies, 95)),
+            "actions": len(actions),
+            "actions_with_source": sum(bool(a.get("model_source")) for a in actions),
+            "returns": {str(e.seed): e.episode_return for e in episodes_run},
+        },
+    )
 
 
 def run_postsave(config, run) -> dict:
@@ -55,8 +72,20 @@ def run_postsave(config, run) -> dict:
     manifest = json.loads(Path(export["outputs"]["export_manifest.json"]).read_text())
     model_dir = Path(export["outputs"]["merged"])
     out = run.stage_dir("postsave") / "postsave_inference.json"
-    command = [sys.executable, "-m", "lib", "_postsave-worker", "--run-dir", str(run.dir), "--model-dir", str(model_dir),
-               "--episodes", str(config.export.postsave_episodes), "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "lib",
+        "_postsave-worker",
+        "--run-dir",
+        str(run.dir),
+        "--model-dir",
+        str(model_dir),
+        "--episodes",
+        str(config.export.postsave_episodes),
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     if done.returncode != 0:
         raise PostsaveError(f"post-save inference failed in its fresh process:\n{done.stderr[-2000:]}")
@@ -67,24 +96,46 @@ def run_postsave(config, run) -> dict:
     result["from_saved_artifact"] = loaded == expected == result["sha_before_load"]
     atomic_write_json(out, result)
     if not result["from_saved_artifact"]:
-        run.stage_done("postsave", started=started, params={}, inputs={"merged": str(model_dir)}, outputs={"postsave_inference.json": str(out)},
-                       metrics={"loaded_sha256": loaded, "export_sha256": expected}, status="failed: sha mismatch")
-        raise PostsaveError(f"the weights loaded from {model_dir} (sha256 {loaded}) are not the exported ones ({expected})")
-    return run.stage_done("postsave", started=started, params={"episodes": config.export.postsave_episodes},
-                          inputs={"merged": str(model_dir)}, outputs={"postsave_inference.json": str(out)},
-                          metrics={k: result[k] for k in ("validity_rate", "mean_return", "latency_s_p50", "latency_s_p95",
-                                                          "from_saved_artifact")})
+        run.stage_done(
+            "postsave",
+            started=started,
+            params={},
+            inputs={"merged": str(model_dir)},
+            outputs={"postsave_inference.json": str(out)},
+            metrics={"loaded_sha256": loaded, "export_sha256": expected},
+            status="failed: sha mismatch",
+        )
+        raise PostsaveError(
+            f"the weights loaded from {model_dir} (sha256 {loaded}) are not the exported ones ({expected})"
+        )
+    return run.stage_done(
+        "postsave",
+        started=started,
+        params={"episodes": config.export.postsave_episodes},
+        inputs={"merged": str(model_dir)},
+        outputs={"postsave_inference.json": str(out)},
+        metrics={
+            k: result[k]
+            for k in ("validity_rate", "mean_return", "latency_s_p50", "latency_s_p95", "from_saved_artifact")
+        },
+    )
 
 
 def artifact_paths(run_dir: Path) -> dict[str, dict]:
     """The run's loadable artifacts that exist: {name: {"path", "base"?}}."""
     run_dir = Path(run_dir)
     found = {}
-    records = {stage: read_stage_record(run_dir, stage) for stage in ("grpo", "export", "sft")
-               if (run_dir / stage / "stage.json").exists()}
+    records = {
+        stage: read_stage_record(run_dir, stage)
+        for stage in ("grpo", "export", "sft")
+        if (run_dir / stage / "stage.json").exists()
+    }
     records = {stage: r for stage, r in records.items() if r.get("status") == "ok"}
     if "grpo" in records:
-        found["grpo"] = {"path": records["grpo"]["outputs"]["adapter"], "base": records["grpo"]["outputs"]["base_model"]}
+        found["grpo"] = {
+            "path": records["grpo"]["outputs"]["adapter"],
+            "base": records["grpo"]["outputs"]["base_model"],
+        }
     if "export" in records:
         found["merged"] = {"path": records["export"]["outputs"]["merged"]}
     if "sft" in records:
@@ -106,7 +157,12 @@ def activate(run_dir: Path, artifact: str | None = None) -> dict:
     if artifact not in available:
         raise FileNotFoundError(f"{run_dir} has no finished {artifact!r} artifact (available: {sorted(available)})")
     entry = available[artifact]
-    record = {"run_dir": str(run_dir), "artifact": artifact, "path": entry["path"], "sha256": weights_sha256(Path(entry["path"]))}
+    record = {
+        "run_dir": str(run_dir),
+        "artifact": artifact,
+        "path": entry["path"],
+        "sha256": weights_sha256(Path(entry["path"])),
+    }
     if "base" in entry:
         record["base"] = {"path": entry["base"], "sha256": weights_sha256(Path(entry["base"]))}
     atomic_write_json(run_dir.parent / "active_model.json", record)

@@ -1,6 +1,7 @@
 """The orchestrator behind One_Run_Runner.ipynb and `python -m lib run`: executes the stage notebooks with
 papermill, each in its own kernel, into outputs/<run_id>/<stage>/<stage>.ipynb, and stops at the first failure.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from .stages import STAGES, notebooks
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
+
 
 class UnknownParameterError(ValueError):
     """A parameter the notebook does not declare (papermill itself would only warn)."""
@@ -42,13 +44,28 @@ def check_parameters(notebook: Path, parameters: dict) -> None:
 def plan(run_id: str, profile: str, stages: list[str] | None = None, output_root: str = "outputs") -> pd.DataFrame:
     """The plan as a table: which notebook runs which stages, where its executed copy goes, and what it writes."""
     writes = {s.name: s.writes for s in STAGES}
-    return pd.DataFrame([{"stage": names[0], "stages": ", ".join(names), "notebook": f"notebooks/{notebook}",
-                          "executed copy": f"{output_root}/{run_id}/{names[0]}/{names[0]}.ipynb",
-                          "writes": "; ".join(writes[n] for n in names)} for notebook, names in notebooks(stages)])
+    return pd.DataFrame(
+        [
+            {
+                "stage": names[0],
+                "stages": ", ".join(names),
+                "notebook": f"notebooks/{notebook}",
+                "executed copy": f"{output_root}/{run_id}/{names[0]}/{names[0]}.ipynb",
+                "writes": "; ".join(writes[n] for n in names),
+            }
+            for notebook, names in notebooks(stages)
+        ]
+    )
 
 
-def run_stages(run_id: str, profile: str, stages: list[str] | None = None, overrides: dict | None = None,
-               output_root: str = "outputs", kernel_name: str | None = None) -> list[Path]:
+def run_stages(
+    run_id: str,
+    profile: str,
+    stages: list[str] | None = None,
+    overrides: dict | None = None,
+    output_root: str = "outputs",
+    kernel_name: str | None = None,
+) -> list[Path]:
     """Execute each stage notebook with papermill; returns the executed notebooks' paths."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -62,10 +79,18 @@ def run_stages(run_id: str, profile: str, stages: list[str] | None = None, overr
         target = REPO / output_root / run_id / stage / f"{stage}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            papermill.execute_notebook(str(REPO / notebook), str(target), parameters=parameters,
-                                       kernel_name=kernel_name, cwd=str(REPO), progress_bar=False)
+            papermill.execute_notebook(
+                str(REPO / notebook),
+                str(target),
+                parameters=parameters,
+                kernel_name=kernel_name,
+                cwd=str(REPO),
+                progress_bar=False,
+            )
         except PapermillExecutionError as error:
-            raise StageFailed(f"stage {stage!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}\n"
-                              f"executed notebook with the traceback: {target}") from None
+            raise StageFailed(
+                f"stage {stage!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}\n"
+                f"executed notebook with the traceback: {target}"
+            ) from None
         executed.append(target)
     return executed

@@ -1,6 +1,7 @@
 """The one stage list. `python -m lib stage <name>`, the stage notebooks (`run_stage`) and the runner
 (`python -m lib run`, One_Run_Runner.ipynb) all read `STAGES`: its order, each stage's notebook and what it writes.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,12 +17,18 @@ class Stage:
 
 
 STAGES = (
-    Stage("corpus", "01_build_corpus.ipynb", "corpus/sft.jsonl, corpus/grpo_prompts.jsonl", "training.corpus:run_corpus"),
+    Stage(
+        "corpus", "01_build_corpus.ipynb", "corpus/sft.jsonl, corpus/grpo_prompts.jsonl", "training.corpus:run_corpus"
+    ),
     Stage("baselines", "02_baselines.ipynb", "baselines/baselines.json", "evaluation.baselines:run_baselines_stage"),
     Stage("sft", "03_sft.ipynb", "sft/model/", "training.train:run_sft"),
     Stage("grpo", "04_grpo.ipynb", "grpo/adapter/", "training.train:run_grpo"),
-    Stage("evaluate", "05_evaluate.ipynb", "evaluate/eval.json, episodes.jsonl, anti_hacking_report.json",
-          "evaluation.evaluate:run_evaluate"),
+    Stage(
+        "evaluate",
+        "05_evaluate.ipynb",
+        "evaluate/eval.json, episodes.jsonl, anti_hacking_report.json",
+        "evaluation.evaluate:run_evaluate",
+    ),
     Stage("export", "06_export.ipynb", "export/merged/, export/export_manifest.json", "pipeline.export:run_export"),
     Stage("postsave", "06_export.ipynb", "postsave/postsave_inference.json", "pipeline.postsave:run_postsave"),
     Stage("report", "07_report.ipynb", "report.md, charts/, gate.json", "reporting.report:run_report"),

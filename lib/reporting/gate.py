@@ -4,6 +4,7 @@ non-zero listing every failed check. Notebook 07_report runs it and shows the ve
 Checks recompute what they can (weight shas, provenance of every evaluated action) instead of trusting the
 stage records. The `improved` and `beats_teacher` checks are the only ones that depend on the training outcome.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,12 @@ def _manifest(run_dir: Path) -> str:
     config = manifest_config(manifest, path)
     recorded = manifest.get("stages")
     _require(isinstance(recorded, dict), f"{path}: no 'stages' recorded")
-    on_disk = {p.parent.name: read_json_record(p, "stage record").get("status") for p in sorted(run_dir.glob("*/stage.json"))}
-    _require(set(on_disk) <= set(recorded), f"{path}: stages {sorted(set(on_disk) - set(recorded))} ran but are not recorded")
+    on_disk = {
+        p.parent.name: read_json_record(p, "stage record").get("status") for p in sorted(run_dir.glob("*/stage.json"))
+    }
+    _require(
+        set(on_disk) <= set(recorded), f"{path}: stages {sorted(set(on_disk) - set(recorded))} ran but are not recorded"
+    )
     mismatched = {k: (recorded[k].get("status"), v) for k, v in on_disk.items() if recorded[k].get("status") != v}
     _require(not mismatched, f"{path}: stage status in manifest vs stage.json differ: {mismatched}")
     missing = sorted(set(recorded) - set(on_disk))
@@ -75,11 +80,14 @@ def _manifest(run_dir: Path) -> str:
         expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
         if expected is not None:
             params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params")
-            differ = sorted(k for k in set(params or {}) | set(expected(config))
-                            if (params or {}).get(k) != expected(config).get(k))
+            differ = sorted(
+                k for k in set(params or {}) | set(expected(config)) if (params or {}).get(k) != expected(config).get(k)
+            )
             _require(not differ, f"{stage}/stage.json ran with other settings than {path}'s config: {differ}")
-    return (f"profile {config.profile}, env {config.env}, {len(recorded)} stages recorded and on disk, each run with "
-            "the manifest's config, corpus hashes match")
+    return (
+        f"profile {config.profile}, env {config.env}, {len(recorded)} stages recorded and on disk, each run with "
+        "the manifest's config, corpus hashes match"
+    )
 
 
 def _backends(run_dir: Path) -> str:
@@ -93,7 +101,10 @@ def _grpo_artifact(run_dir: Path) -> str:
     grpo = _read(run_dir, "grpo/stage.json")
     _require(grpo["status"] == "ok", f"grpo status is {grpo['status']!r}")
     actual = weights_sha256(Path(grpo["outputs"]["adapter"]))
-    _require(actual == grpo["metrics"]["adapter_sha256"], f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}")
+    _require(
+        actual == grpo["metrics"]["adapter_sha256"],
+        f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}",
+    )
     return f"status ok, adapter sha256 {actual[:12]} matches"
 
 
@@ -102,11 +113,16 @@ def _postsave(run_dir: Path) -> str:
     export = _read(run_dir, "export/export_manifest.json")
     merged = Path(_read(run_dir, "export/stage.json")["outputs"]["merged"])
     on_disk = weights_sha256(merged)
-    _require(result["model_source"]["sha256"] == export["weights_sha256"] == on_disk,
-             f"post-save loaded {result['model_source']['sha256'][:12]}, export manifest says {export['weights_sha256'][:12]}, "
-             f"disk has {on_disk[:12]}")
+    _require(
+        result["model_source"]["sha256"] == export["weights_sha256"] == on_disk,
+        f"post-save loaded {result['model_source']['sha256'][:12]}, "
+        f"export manifest says {export['weights_sha256'][:12]}, "
+        f"disk has {on_disk[:12]}",
+    )
     _require(result["actions"] == result["actions_with_source"], "some post-save actions have no model_source")
-    return f"{result['episodes']} episodes from {merged} (sha256 {on_disk[:12]}), validity {result['validity_rate']:.2f}"
+    return (
+        f"{result['episodes']} episodes from {merged} (sha256 {on_disk[:12]}), validity {result['validity_rate']:.2f}"
+    )
 
 
 def _provenance(run_dir: Path) -> str:
@@ -114,7 +130,10 @@ def _provenance(run_dir: Path) -> str:
 
     report = _read(run_dir, "evaluate/eval.json")
     grpo = _read(run_dir, "grpo/stage.json")
-    _require(report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"], "eval.json's GRPO artifact is not the trained adapter")
+    _require(
+        report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"],
+        "eval.json's GRPO artifact is not the trained adapter",
+    )
     path = run_dir / "evaluate" / "episodes.jsonl"
     _require(path.exists(), "missing evaluate/episodes.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -136,23 +155,31 @@ def _claim_honest(run_dir: Path) -> str:
     details = []
     for claim, pair in (("improved", "grpo-sft"), ("beats_teacher", "grpo-teacher")):
         paired = report["splits"]["holdout"]["paired"][pair]
-        _require(report[claim] == (paired["ci95"][0] > 0),
-                 f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}")
+        _require(
+            report[claim] == (paired["ci95"][0] > 0),
+            f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}",
+        )
         details.append(f"{claim}={report[claim]} matches {pair} paired CI {_ci(paired)}")
     return "; ".join(details)
 
 
 def _improved(run_dir: Path) -> str:
     paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-sft"]
-    _require(paired["ci95"][0] > 0, f"not improved: GRPO-SFT on holdout is {paired['mean']:+.3f}, paired 95% CI "
-                                    f"{_ci(paired)} does not lie above zero")
+    _require(
+        paired["ci95"][0] > 0,
+        f"not improved: GRPO-SFT on holdout is {paired['mean']:+.3f}, paired 95% CI "
+        f"{_ci(paired)} does not lie above zero",
+    )
     return f"GRPO-SFT {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
 
 
 def _beats_teacher(run_dir: Path) -> str:
     paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"]["grpo-teacher"]
-    _require(paired["ci95"][0] > 0, f"does not beat the teacher: GRPO-teacher on holdout is {paired['mean']:+.3f}, "
-                                    f"paired 95% CI {_ci(paired)} does not lie above zero")
+    _require(
+        paired["ci95"][0] > 0,
+        f"does not beat the teacher: GRPO-teacher on holdout is {paired['mean']:+.3f}, "
+        f"paired 95% CI {_ci(paired)} does not lie above zero",
+    )
     return f"GRPO-teacher {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
 
 
@@ -160,9 +187,17 @@ def _ci(paired: dict) -> str:
     return "[{:+.3f}, {:+.3f}]".format(*paired["ci95"])
 
 
-CHECKS = {"manifest_valid": _manifest, "backends_accepted": _backends, "grpo_artifact_ok": _grpo_artifact, "postsave_from_saved_artifact": _postsave,
-          "every_action_has_provenance": _provenance, "anti_hacking_passed": _anti_hacking,
-          "improvement_claim_supported": _claim_honest, "improved": _improved, "beats_teacher": _beats_teacher}
+CHECKS = {
+    "manifest_valid": _manifest,
+    "backends_accepted": _backends,
+    "grpo_artifact_ok": _grpo_artifact,
+    "postsave_from_saved_artifact": _postsave,
+    "every_action_has_provenance": _provenance,
+    "anti_hacking_passed": _anti_hacking,
+    "improvement_claim_supported": _claim_honest,
+    "improved": _improved,
+    "beats_teacher": _beats_teacher,
+}
 
 
 def run_gate(run_dir: Path | str, write: bool = True) -> dict:
@@ -176,11 +211,14 @@ def run_gate(run_dir: Path | str, write: bool = True) -> dict:
             checks.append(Check(name, False, str(failure)))
         except (FileNotFoundError, KeyError, RuntimeError, ValueError, DamagedRunError) as error:
             checks.append(Check(name, False, f"{type(error).__name__}: {error}"))
-    verdict = {"run_dir": str(run_dir), "passed": all(c.passed for c in checks),
-               "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),
-               "improved": next(c.passed for c in checks if c.name == "improved"),
-               "beats_teacher": next(c.passed for c in checks if c.name == "beats_teacher"),
-               "checks": [asdict(c) for c in checks]}
+    verdict = {
+        "run_dir": str(run_dir),
+        "passed": all(c.passed for c in checks),
+        "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),
+        "improved": next(c.passed for c in checks if c.name == "improved"),
+        "beats_teacher": next(c.passed for c in checks if c.name == "beats_teacher"),
+        "checks": [asdict(c) for c in checks],
+    }
     if write:
         atomic_write_json(run_dir / "gate.json", verdict)
     return verdict

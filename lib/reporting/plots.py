@@ -3,6 +3,7 @@
 Each chart reads only files earlier stages wrote under `outputs/<run_id>/` and is saved to `charts/<name>.png`.
 A chart whose input is missing is not drawn; an input lacking what it needs raises ValueError. No placeholders.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,11 @@ POSTSAVE = "postsave/postsave_inference.json"
 def _read(run_dir: Path, relative: str):
     """A JSON file's object, or a JSONL file's list of objects."""
     text = (run_dir / relative).read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()] if relative.endswith(".jsonl") else json.loads(text)
+    return (
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+        if relative.endswith(".jsonl")
+        else json.loads(text)
+    )
 
 
 def _figure(ncols: int = 1, width: float = 7.0, height: float = 4.5):
@@ -68,7 +73,12 @@ def _rows(run_dir: Path, relative: str, keep: Callable[[dict], bool], wanted: st
 
 def _holdout_episodes(run_dir: Path) -> list[dict]:
     # Ablation episodes replay holdout seeds under other settings; they are not the evaluated policies.
-    return _rows(run_dir, EPISODES, lambda r: r["split"] == "holdout" and "ablation" not in r, "holdout episode outside the ablations")
+    return _rows(
+        run_dir,
+        EPISODES,
+        lambda r: r["split"] == "holdout" and "ablation" not in r,
+        "holdout episode outside the ablations",
+    )
 
 
 def baseline_bars(run_dir: Path) -> Figure:
@@ -76,10 +86,18 @@ def baseline_bars(run_dir: Path) -> Figure:
     reports = _read(run_dir, BASELINES)
     policies = list(reports["holdout"]["policies"])
     figure, (ax,) = _figure(width=11)
-    _grouped_bars(ax, policies, {split: [r["policies"][p]["mean_return"] for p in policies] for split, r in reports.items()},
-                  {split: [r["policies"][p]["ci95"] for p in policies] for split, r in reports.items()})
+    _grouped_bars(
+        ax,
+        policies,
+        {split: [r["policies"][p]["mean_return"] for p in policies] for split, r in reports.items()},
+        {split: [r["policies"][p]["ci95"] for p in policies] for split, r in reports.items()},
+    )
     episodes = ", ".join(f"{split} {r['episodes']}" for split, r in reports.items())
-    ax.set(title=f"Baselines: mean episode return, 95% CI (episodes: {episodes})", xlabel="policy", ylabel="mean episode return")
+    ax.set(
+        title=f"Baselines: mean episode return, 95% CI (episodes: {episodes})",
+        xlabel="policy",
+        ylabel="mean episode return",
+    )
     return figure
 
 
@@ -94,10 +112,17 @@ def sft_loss(run_dir: Path) -> Figure:
 
 def grpo_reward(run_dir: Path) -> Figure:
     """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
-    rows = _rows(run_dir, GRPO_LOG, lambda r: "reward" in r and "frac_reward_zero_std" in r, "line with 'reward' and 'frac_reward_zero_std'")
+    rows = _rows(
+        run_dir,
+        GRPO_LOG,
+        lambda r: "reward" in r and "frac_reward_zero_std" in r,
+        "line with 'reward' and 'frac_reward_zero_std'",
+    )
     figure, (left, right) = _figure(ncols=2, width=5.5)
-    for ax, key, title, ylabel in ((left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
-                                   (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups")):
+    for ax, key, title, ylabel in (
+        (left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
+        (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups"),
+    ):
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o" if len(rows) < 40 else None)
         ax.set(title=title, xlabel="training step", ylabel=ylabel)
     return figure
@@ -108,9 +133,11 @@ def exploration(run_dir: Path) -> Figure:
     sample beat it, and the policy's entropy over the candidate set (lib/explore.py)."""
     rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
     figure, axes = _figure(ncols=3, width=4.5)
-    panels = (("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
-              ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
-              ("explore/candidate_entropy", "Entropy over the candidate set", "nats"))
+    panels = (
+        ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
+        ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
+        ("explore/candidate_entropy", "Entropy over the candidate set", "nats"),
+    )
     for ax, (key, title, ylabel) in zip(axes, panels):
         kept = [r for r in rows if key in r]
         ax.plot([r["step"] for r in kept], [r[key] for r in kept], marker="o" if len(kept) < 40 else None)
@@ -135,14 +162,27 @@ def reward_components(run_dir: Path) -> Figure:
     figure, (ax,) = _figure(width=11)
     x, up, down = np.arange(len(policies)), np.zeros(len(policies)), np.zeros(len(policies))
     for component, weight in weights.items():
-        values = np.array([weight * np.mean([r["components"].get(component, 0.0) for r in by_policy[p]]) for p in policies])
+        values = np.array(
+            [weight * np.mean([r["components"].get(component, 0.0) for r in by_policy[p]]) for p in policies]
+        )
         ax.bar(x, values, 0.7, bottom=np.where(values >= 0, up, down), label=f"{component} (x{weight:g})")
         up, down = up + values.clip(min=0), down + values.clip(max=0)
-    ax.scatter(x, [np.mean([r["return"] for r in by_policy[p]]) for p in policies], marker="D", color="black",
-               zorder=3, clip_on=False, label="mean return (clamped to [0, 1], after invalid-step penalties)")
+    ax.scatter(
+        x,
+        [np.mean([r["return"] for r in by_policy[p]]) for p in policies],
+        marker="D",
+        color="black",
+        zorder=3,
+        clip_on=False,
+        label="mean return (clamped to [0, 1], after invalid-step penalties)",
+    )
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, policies, rotation=40, ha="right")
-    ax.set(title="Holdout: weight x mean reward component, per policy", xlabel="policy", ylabel="contribution to episode return")
+    ax.set(
+        title="Holdout: weight x mean reward component, per policy",
+        xlabel="policy",
+        ylabel="contribution to episode return",
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return figure
 
@@ -157,15 +197,27 @@ def per_seed_deltas(run_dir: Path) -> Figure:
     for r in _holdout_episodes(run_dir):
         returns.setdefault(r["policy"], {})[r["seed"]] = r["return"]
     order = list(paired)
-    rows = [(pair, returns[a][seed] - returns[b][seed]) for pair in order
-            for a, b in [(role.get(x, x) for x in pair.split("-"))]
-            for seed in sorted(set(returns[a]) & set(returns[b]))]
+    rows = [
+        (pair, returns[a][seed] - returns[b][seed])
+        for pair in order
+        for a, b in [(role.get(x, x) for x in pair.split("-"))]
+        for seed in sorted(set(returns[a]) & set(returns[b]))
+    ]
     figure, (ax,) = _figure()
-    for plot, style in ((sns.boxplot, {"color": "0.9", "showfliers": False}), (sns.stripplot, {"alpha": 0.6, "jitter": 0.2})):
+    for plot, style in (
+        (sns.boxplot, {"color": "0.9", "showfliers": False}),
+        (sns.stripplot, {"alpha": 0.6, "jitter": 0.2}),
+    ):
         plot(x=[pair for pair, _ in rows], y=[delta for _, delta in rows], order=order, ax=ax, **style)
     ax.vlines(range(len(order)), *np.array([paired[p]["ci95"] for p in order]).T, color="black", linewidth=2.5)
-    ax.scatter(range(len(order)), [paired[p]["mean"] for p in order], marker="D", color="black", zorder=3,
-               label="paired mean, 95% CI (eval.json)")
+    ax.scatter(
+        range(len(order)),
+        [paired[p]["mean"] for p in order],
+        marker="D",
+        color="black",
+        zorder=3,
+        label="paired mean, 95% CI (eval.json)",
+    )
     ax.axhline(0, color="black", linewidth=0.8, linestyle="--")
     ax.set(title="Holdout: per-seed return differences", xlabel="comparison (a - b)", ylabel="return difference")
     ax.legend()
@@ -177,9 +229,12 @@ def train_holdout_gap(run_dir: Path) -> Figure:
     report = _read(run_dir, EVAL)
     models, splits = ("untrained", "sft", "grpo"), {s: report["splits"][s]["policies"] for s in ("train", "holdout")}
     figure, (ax,) = _figure()
-    _grouped_bars(ax, [f"{m}\n(gap {report['train_holdout_gap'][m]:+.3f})" for m in models],
-                  {s: [policies[m]["mean_return"] for m in models] for s, policies in splits.items()},
-                  {s: [policies[m]["ci95"] for m in models] for s, policies in splits.items()})
+    _grouped_bars(
+        ax,
+        [f"{m}\n(gap {report['train_holdout_gap'][m]:+.3f})" for m in models],
+        {s: [policies[m]["mean_return"] for m in models] for s, policies in splits.items()},
+        {s: [policies[m]["ci95"] for m in models] for s, policies in splits.items()},
+    )
     ax.set(title="Train vs holdout mean return (gap = train - holdout)", xlabel="model", ylabel="mean episode return")
     return figure
 
@@ -194,17 +249,30 @@ def anti_cheat(run_dir: Path) -> Figure:
     skipped = f"\ntraining rule hits skipped: {hits['skipped']}" if "skipped" in hits else ""
     one_panel = bool(skipped) or not hits
     figure, axes = _figure(ncols=1 if one_panel else 2, width=12 if one_panel else 9, height=5)
-    _grouped_bars(axes[0], [f"{name} [{a['kind']}, {'pass' if a['passed'] else 'FAIL'}]" for name, a in tested.items()],
-                  {"attack: mean score": [a["mean_score"] for a in tested.values()],
-                   "worst legal action: mean score": [a["mean_worst_legal"] for a in tested.values()]})
+    _grouped_bars(
+        axes[0],
+        [f"{name} [{a['kind']}, {'pass' if a['passed'] else 'FAIL'}]" for name, a in tested.items()],
+        {
+            "attack: mean score": [a["mean_score"] for a in tested.values()],
+            "worst legal action: mean score": [a["mean_worst_legal"] for a in tested.values()],
+        },
+    )
     untested = ", ".join(sorted(set(attacks) - set(tested)))
-    axes[0].set(title=f"Anti-hacking attacks (all passed: {report['all_attacks_passed']})"
-                      + (f"; not tested (no applicable state): {untested}" if untested else "") + skipped,
-                xlabel="attack", ylabel="score (GRPO reward)")
+    axes[0].set(
+        title=f"Anti-hacking attacks (all passed: {report['all_attacks_passed']})"
+        + (f"; not tested (no applicable state): {untested}" if untested else "")
+        + skipped,
+        xlabel="attack",
+        ylabel="score (GRPO reward)",
+    )
     if not one_panel:
         axes[1].bar(list(hits), list(hits.values()))
-        axes[1].set(title="GRPO training: anti-cheat rule-hit rates", xlabel="rule", ylabel="mean rate per step",
-                    ylim=(0, max(1.0, *hits.values())))
+        axes[1].set(
+            title="GRPO training: anti-cheat rule-hit rates",
+            xlabel="rule",
+            ylabel="mean rate per step",
+            ylim=(0, max(1.0, *hits.values())),
+        )
     return figure
 
 
@@ -213,8 +281,16 @@ def postsave(run_dir: Path) -> Figure:
     report = _read(run_dir, POSTSAVE)
     figure, (left, right) = _figure(ncols=2, width=4)
     left.bar_label(left.bar(["valid actions"], [report["validity_rate"]], width=0.5), fmt="%.3f")
-    left.set(title=f"Validity rate ({report['episodes']} episodes)", xlabel="saved model", ylabel="share of actions", ylim=(0, 1))
-    right.bar_label(right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange"), fmt="%.3f")
+    left.set(
+        title=f"Validity rate ({report['episodes']} episodes)",
+        xlabel="saved model",
+        ylabel="share of actions",
+        ylim=(0, 1),
+    )
+    right.bar_label(
+        right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange"),
+        fmt="%.3f",
+    )
     right.set(title="Latency per action", xlabel="percentile", ylabel="seconds")
     figure.suptitle(f"Post-save inference (mean return {report['mean_return']:.3f})")
     return figure
@@ -227,8 +303,12 @@ def ablations(run_dir: Path) -> Figure:
         raise ValueError(f"{EVAL} records no ablations")
     compared = {name: a for name, a in entries.items() if "paired_vs_compared" in a}
     figure, axes = _figure(ncols=2 if compared else 1, width=5.5)
-    _grouped_bars(axes[0], [f"{name}\n({a['policy']}, n={a['n']})" for name, a in entries.items()],
-                  {"mean return": [a["mean_return"] for a in entries.values()]}, {"mean return": [a["ci95"] for a in entries.values()]})
+    _grouped_bars(
+        axes[0],
+        [f"{name}\n({a['policy']}, n={a['n']})" for name, a in entries.items()],
+        {"mean return": [a["mean_return"] for a in entries.values()]},
+        {"mean return": [a["ci95"] for a in entries.values()]},
+    )
     axes[0].set(title="Ablations: holdout mean return, 95% CI", xlabel="ablation", ylabel="mean episode return")
     if compared:
         diffs, y = [a["paired_vs_compared"] for a in compared.values()], np.arange(len(compared))
@@ -236,7 +316,9 @@ def ablations(run_dir: Path) -> Figure:
         axes[1].scatter([d["mean"] for d in diffs], y, marker="D", color="black", zorder=3)
         axes[1].axvline(0, color="black", linewidth=0.8, linestyle="--")
         axes[1].set_yticks(y, [f"{name} - {a['compared_with']}" for name, a in compared.items()])
-        axes[1].set(title="Paired by seed: ablation - compared (95% CI)", xlabel="return difference", ylabel="comparison")
+        axes[1].set(
+            title="Paired by seed: ablation - compared (95% CI)", xlabel="return difference", ylabel="comparison"
+        )
     return figure
 
 
@@ -257,6 +339,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
 @dataclass
 class Chart:
     """One chart of a run: its figure and saved PNG, or the input files whose absence kept it from being drawn."""
+
     name: str
     figure: Figure | None
     missing: list[str]
@@ -264,7 +347,13 @@ class Chart:
 
     @property
     def message(self) -> str:
-        state = f"not drawn: missing {', '.join(self.missing)}" if self.missing else f"saved to {self.path}" if self.path else "drawn"
+        state = (
+            f"not drawn: missing {', '.join(self.missing)}"
+            if self.missing
+            else f"saved to {self.path}"
+            if self.path
+            else "drawn"
+        )
         return f"chart {self.name!r} {state}"
 
 

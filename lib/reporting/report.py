@@ -1,6 +1,7 @@
 """`outputs/<run_id>/report.md`: the headline claim generated from eval.json, the tables, the charts and the
 gate's verdict. Written by notebook 07_report (and `python -m lib run`); every number comes from the run's files.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,10 @@ def _ci(values) -> str:
     return "[{:.3f}, {:.3f}]".format(*values)
 
 
+def _paired_text(d: dict) -> str:
+    return f"{d['mean']:+.3f} {_signed_ci(d['ci95'])}"
+
+
 def _signed_ci(values) -> str:
     return "[{:+.3f}, {:+.3f}]".format(*values)
 
@@ -26,41 +31,85 @@ def headline(report: dict) -> str:
     p, paired = split["policies"], split["paired"]
     grpo_sft, grpo_teacher = paired["grpo-sft"], paired["grpo-teacher"]
     teacher = report["roles"]["teacher"]
-    return (f"On {p['grpo']['n']} held-out {report['env']} episodes, GRPO returned {p['grpo']['mean_return']:.3f} "
-            f"{_ci(p['grpo']['ci95'])}, SFT {p['sft']['mean_return']:.3f} {_ci(p['sft']['ci95'])} and the teacher "
-            f"({teacher}) {p[teacher]['mean_return']:.3f} {_ci(p[teacher]['ci95'])}. "
-            f"GRPO - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
-            f"**{'improved' if report['improved'] else 'not improved'}**. "
-            f"GRPO - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
-            f"**{'beats the teacher' if report['beats_teacher'] else 'does not beat the teacher'}**."
-            + (f" Gap closure (GRPO - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
-               f"{_signed_ci(split['gap_closure']['ci95'])}." if "gap_closure" in split else ""))
+    return (
+        f"On {p['grpo']['n']} held-out {report['env']} episodes, GRPO returned {p['grpo']['mean_return']:.3f} "
+        f"{_ci(p['grpo']['ci95'])}, SFT {p['sft']['mean_return']:.3f} {_ci(p['sft']['ci95'])} and the teacher "
+        f"({teacher}) {p[teacher]['mean_return']:.3f} {_ci(p[teacher]['ci95'])}. "
+        f"GRPO - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
+        f"**{'improved' if report['improved'] else 'not improved'}**. "
+        f"GRPO - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
+        f"**{'beats the teacher' if report['beats_teacher'] else 'does not beat the teacher'}**."
+        + (
+            f" Gap closure (GRPO - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
+            f"{_signed_ci(split['gap_closure']['ci95'])}."
+            if "gap_closure" in split
+            else ""
+        )
+    )
 
 
 def policy_table(report: dict, split: str) -> pd.DataFrame:
-    rows = [{"policy": name, "kind": r["kind"], "mean return": round(r["mean_return"], 3), "95% CI": _ci(r["ci95"]),
-             "invalid rate": round(r["invalid_rate"], 3), "steps": round(r["mean_steps"], 2),
-             "latency ms/action": round(1000 * r["latency_s_per_action"], 2)}
-            for name, r in report["splits"][split]["policies"].items()]
+    rows = [
+        {
+            "policy": name,
+            "kind": r["kind"],
+            "mean return": round(r["mean_return"], 3),
+            "95% CI": _ci(r["ci95"]),
+            "invalid rate": round(r["invalid_rate"], 3),
+            "steps": round(r["mean_steps"], 2),
+            "latency ms/action": round(1000 * r["latency_s_per_action"], 2),
+        }
+        for name, r in report["splits"][split]["policies"].items()
+    ]
     return pd.DataFrame(rows).sort_values("mean return", ascending=False).reset_index(drop=True)
 
 
 def paired_table(report: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"split": split, "difference": name, "mean": round(d["mean"], 3), "paired 95% CI": _signed_ci(d["ci95"]),
-                          "seeds": d["n"]} for split, s in report["splits"].items() for name, d in s["paired"].items()])
+    return pd.DataFrame(
+        [
+            {
+                "split": split,
+                "difference": name,
+                "mean": round(d["mean"], 3),
+                "paired 95% CI": _signed_ci(d["ci95"]),
+                "seeds": d["n"],
+            }
+            for split, s in report["splits"].items()
+            for name, d in s["paired"].items()
+        ]
+    )
 
 
 def ablation_table(report: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"ablation": name, "policy": a["policy"], "mean return": round(a["mean_return"], 3), "95% CI": _ci(a["ci95"]),
-                          "compared with": a["compared_with"],
-                          "paired difference": f"{a['paired_vs_compared']['mean']:+.3f} {_signed_ci(a['paired_vs_compared']['ci95'])}"
-                          if "paired_vs_compared" in a else "n/a"} for name, a in report.get("ablations", {}).items()])
+    return pd.DataFrame(
+        [
+            {
+                "ablation": name,
+                "policy": a["policy"],
+                "mean return": round(a["mean_return"], 3),
+                "95% CI": _ci(a["ci95"]),
+                "compared with": a["compared_with"],
+                "paired difference": _paired_text(a["paired_vs_compared"]) if "paired_vs_compared" in a else "n/a",
+            }
+            for name, a in report.get("ablations", {}).items()
+        ]
+    )
 
 
 def attack_table(anti: dict) -> pd.DataFrame:
-    return pd.DataFrame([{"attack": name, "kind": a.get("kind"), "states": a["states"], "mean score": round(a.get("mean_score", float("nan")), 3),
-                          "mean worst legal": round(a.get("mean_worst_legal", float("nan")), 3), "passed": a["passed"]}
-                         for name, a in anti["attacks"].items()])
+    return pd.DataFrame(
+        [
+            {
+                "attack": name,
+                "kind": a.get("kind"),
+                "states": a["states"],
+                "mean score": round(a.get("mean_score", float("nan")), 3),
+                "mean worst legal": round(a.get("mean_worst_legal", float("nan")), 3),
+                "passed": a["passed"],
+            }
+            for name, a in anti["attacks"].items()
+        ]
+    )
 
 
 def headline_table(run_dir: Path) -> pd.DataFrame:
@@ -78,27 +127,52 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
     postsave = json.loads((run_dir / "postsave" / "postsave_inference.json").read_text())
     stages = pd.DataFrame([{"stage": k, **v} for k, v in manifest["stages"].items()])
     parts = [
-        f"# Run {manifest['run_id']} (profile `{manifest['config']['profile']}`)", "",
-        headline(report), "",
-        f"Gate: **{'passed' if verdict['passed'] else 'failed'}** (integrity checks {'passed' if verdict['integrity_passed'] else 'FAILED'}). "
+        f"# Run {manifest['run_id']} (profile `{manifest['config']['profile']}`)",
+        "",
+        headline(report),
+        "",
+        f"Gate: **{'passed' if verdict['passed'] else 'failed'}** "
+        f"(integrity checks {'passed' if verdict['integrity_passed'] else 'FAILED'}). "
         f"Backends: SFT `{report['backends']['sft']}`, GRPO `{report['backends']['grpo']}`. "
-        f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.", "",
-        "## Gate checks", "", pd.DataFrame(verdict["checks"]).to_markdown(index=False), "",
+        f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
+        "",
+        "## Gate checks",
+        "",
+        pd.DataFrame(verdict["checks"]).to_markdown(index=False),
+        "",
     ]
     for split in report["splits"]:
         parts += [f"## Closed-loop returns: {split}", "", policy_table(report, split).to_markdown(index=False), ""]
     parts += ["## Paired-by-seed differences", "", paired_table(report).to_markdown(index=False), ""]
     if report.get("ablations"):
         parts += ["## Ablations (holdout)", "", ablation_table(report).to_markdown(index=False), ""]
-    parts += ["## Anti-hacking", "", attack_table(anti).to_markdown(index=False), "",
-              "Train - holdout gap: " + ", ".join(f"{k} {v:+.3f}" for k, v in anti["train_holdout_gap"].items()) + ".", "",
-              "Training completions hitting each anti-cheat rule (mean per GRPO step): "
-              + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in anti["training_rule_hits"].items()) + ".", "",
-              "## Post-save inference", "",
-              f"{postsave['episodes']} holdout episodes from `{postsave['model_source']['path']}` (sha256 "
-              f"{postsave['model_source']['sha256'][:12]}): validity {postsave['validity_rate']:.3f}, mean return "
-              f"{postsave['mean_return']:.3f}, latency p50 {1000 * postsave['latency_s_p50']:.1f} ms, p95 {1000 * postsave['latency_s_p95']:.1f} ms.", "",
-              "## Stage timings", "", stages.to_markdown(index=False), "", "## Charts", ""]
+    parts += [
+        "## Anti-hacking",
+        "",
+        attack_table(anti).to_markdown(index=False),
+        "",
+        "Train - holdout gap: " + ", ".join(f"{k} {v:+.3f}" for k, v in anti["train_holdout_gap"].items()) + ".",
+        "",
+        "Training completions hitting each anti-cheat rule (mean per GRPO step): "
+        + ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in anti["training_rule_hits"].items()
+        )
+        + ".",
+        "",
+        "## Post-save inference",
+        "",
+        f"{postsave['episodes']} holdout episodes from `{postsave['model_source']['path']}` (sha256 "
+        f"{postsave['model_source']['sha256'][:12]}): validity {postsave['validity_rate']:.3f}, mean return "
+        f"{postsave['mean_return']:.3f}, latency p50 {1000 * postsave['latency_s_p50']:.1f} ms, "
+        f"p95 {1000 * postsave['latency_s_p95']:.1f} ms.",
+        "",
+        "## Stage timings",
+        "",
+        stages.to_markdown(index=False),
+        "",
+        "## Charts",
+        "",
+    ]
     for chart in charts:
         parts.append(f"![{chart.name}](charts/{chart.name}.png)" if chart.path else f"- {chart.message}")
     path = run_dir / "report.md"

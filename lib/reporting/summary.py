@@ -5,6 +5,7 @@ verdict. For several runs (one per environment, e.g. from `python -m lib run --e
 environment x policy, with CIs. The README's results tables are this command's output, and a test checks
 that they still are.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,16 +32,25 @@ def run_results(run_dir: Path | str, split: str = "holdout") -> str:
     data = report["splits"][split]
     gate = read_json_record(run_dir / "gate.json", "the run's gate verdict")
     rows = sorted(data["policies"].items(), key=lambda kv: -kv[1]["mean_return"])
-    lines = [f"`{run_dir.name}` ({report['env']}, profile `{report['profile']}`), {split}, "
-             f"{rows[0][1]['n']} episodes, greedy:", "",
-             "| policy | kind | mean return [95% CI] | invalid rate |", "| --- | --- | --- | --- |"]
-    lines += [f"| {name} | {r['kind']} | {r['mean_return']:.3f} {_ci(r['ci95'])} | {r['invalid_rate']:.3f} |"
-              for name, r in rows]
+    lines = [
+        f"`{run_dir.name}` ({report['env']}, profile `{report['profile']}`), {split}, "
+        f"{rows[0][1]['n']} episodes, greedy:",
+        "",
+        "| policy | kind | mean return [95% CI] | invalid rate |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {name} | {r['kind']} | {r['mean_return']:.3f} {_ci(r['ci95'])} | {r['invalid_rate']:.3f} |"
+        for name, r in rows
+    ]
     paired = data["paired"]
-    lines += ["", "Paired by seed: " + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items()) + ". "
-              f"Teacher: `{report['roles']['teacher']}`. Gate: integrity checks "
-              f"{'passed' if gate['integrity_passed'] else 'FAILED'}; improved: {report['improved']}; "
-              f"beats the teacher: {report['beats_teacher']}."]
+    lines += [
+        "",
+        "Paired by seed: " + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items()) + ". "
+        f"Teacher: `{report['roles']['teacher']}`. Gate: integrity checks "
+        f"{'passed' if gate['integrity_passed'] else 'FAILED'}; improved: {report['improved']}; "
+        f"beats the teacher: {report['beats_teacher']}.",
+    ]
     return "\n".join(lines)
 
 
@@ -53,7 +63,11 @@ def environment_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("ho
         first = report["splits"][splits[0]]["policies"]
         order = sorted(first, key=lambda n: (first[n]["kind"] != "model", -first[n]["mean_return"]))
         for name in order:
-            cells = [(lambda r: f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a")(
-                report["splits"].get(split, {}).get("policies", {}).get(name)) for split in splits]
+            cells = [
+                (lambda r: f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a")(
+                    report["splits"].get(split, {}).get("policies", {}).get(name)
+                )
+                for split in splits
+            ]
             lines.append(f"| {report['env']} | {name} | {first[name]['kind']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

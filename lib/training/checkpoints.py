@@ -1,5 +1,6 @@
 """Verifiable checkpoints: a checkpoint counts only once its sha256 manifest is written (last, atomically),
 and `--resume-from` refuses one whose files do not match it."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,11 @@ class CorruptCheckpointError(RuntimeError):
 
 def write_checkpoint_manifest(folder: Path) -> None:
     folder = Path(folder)
-    files = {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
-             if p.is_file() and p.name != MANIFEST}
+    files = {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
     atomic_write_json(folder / MANIFEST, {"files": files})
 
 
@@ -28,7 +32,9 @@ def verify_checkpoint(folder: Path) -> None:
         raise CorruptCheckpointError(f"checkpoint {folder} does not exist")
     manifest = folder / MANIFEST
     if not manifest.exists():
-        raise CorruptCheckpointError(f"checkpoint {folder} is incomplete: {MANIFEST} is missing (save was interrupted?)")
+        raise CorruptCheckpointError(
+            f"checkpoint {folder} is incomplete: {MANIFEST} is missing (save was interrupted?)"
+        )
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError) as error:

@@ -3,6 +3,7 @@ episode position, all on `train` seeds. Every file is fingerprinted (sha256) int
 
 `python -m lib stage corpus --profile P --run-dir outputs/<id>`; notebook 01_build_corpus calls the same code.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from tqdm.auto import tqdm
 from ..config import RunConfig
 from ..envs import get_spec
 from ..envs.base import Policy, format_action
+from ..episodes import candidate_returns, run_episode
 from ..io import atomic_write_text
 from ..models import sha256_file
-from ..episodes import candidate_returns, run_episode
 from ..runs import Run
 
 INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
@@ -59,7 +60,9 @@ class _NoisyTeacher(Policy):
         return action
 
 
-def sft_rows(spec, env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher") -> list[dict]:
+def sft_rows(
+    spec, env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher"
+) -> list[dict]:
     """Teacher transcripts: one row per state, labelled with the teacher's action there.
 
     With `noise` > 0 (DART-style noise injection) the episode sometimes continues from a state off the
@@ -76,14 +79,32 @@ def sft_rows(spec, env, seeds, noise: float = 0.0, rng: random.Random | None = N
         episode = run_episode(env, policy, seed, "train", keep_transitions=True)
         for position, (t, teacher) in enumerate(zip(episode.transitions, policy.labels)):
             content = teacher if label == "teacher" else t["action"]
-            rows.append({"prompt": env.render(t["observation"]), "completion": [{"role": "assistant", "content": content}],
-                         "seed": seed, "split": "train", "position": position, "history": t["history"],
-                         "executed": t["action"], "teacher": teacher})
+            rows.append(
+                {
+                    "prompt": env.render(t["observation"]),
+                    "completion": [{"role": "assistant", "content": content}],
+                    "seed": seed,
+                    "split": "train",
+                    "position": position,
+                    "history": t["history"],
+                    "executed": t["action"],
+                    "teacher": teacher,
+                }
+            )
     return rows
 
 
-def grpo_rows(spec, env, seeds, policies: list[str], n_prompts: int, reference: str, rng: random.Random,
-              improvable_share: float = 0.0, improvable_margin: float = INFORMATIVE_SPREAD) -> tuple[list[dict], dict]:
+def grpo_rows(
+    spec,
+    env,
+    seeds,
+    policies: list[str],
+    n_prompts: int,
+    reference: str,
+    rng: random.Random,
+    improvable_share: float = 0.0,
+    improvable_margin: float = INFORMATIVE_SPREAD,
+) -> tuple[list[dict], dict]:
     """States from rollouts of several policies, at every position, kept when the choice there matters.
 
     With `improvable_share` > 0, that share of the prompts (as far as the pool has them) are states where the
@@ -125,7 +146,12 @@ def grpo_rows(spec, env, seeds, policies: list[str], n_prompts: int, reference: 
                 continue
             reference_policy.begin(state["seed"])
             reference_return = returns[reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)]
-            row = {**state, "prompt": env.render(observation), "best_return": best, "reference_return": reference_return}
+            row = {
+                **state,
+                "prompt": env.render(observation),
+                "best_return": best,
+                "reference_return": reference_return,
+            }
             gains = best - reference_return >= improvable_margin
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
@@ -133,9 +159,13 @@ def grpo_rows(spec, env, seeds, policies: list[str], n_prompts: int, reference: 
     # improvable rows never exceed their quota; when the pool has fewer, other rows fill the remaining places
     chosen_rows = improvable + other[: n_prompts - len(improvable)]
     rows = [row for _, row in sorted(chosen_rows, key=lambda pair: pair[0])]
-    stats = {"states_seen": seen, "states_examined": examined, "states_kept": len(rows),
-             "improvable_kept": sum(r["best_return"] - r["reference_return"] >= improvable_margin for r in rows),
-             "positions": dict(sorted(Counter(r["position"] for r in rows).items()))}
+    stats = {
+        "states_seen": seen,
+        "states_examined": examined,
+        "states_kept": len(rows),
+        "improvable_kept": sum(r["best_return"] - r["reference_return"] >= improvable_margin for r in rows),
+        "positions": dict(sorted(Counter(r["position"] for r in rows).items())),
+    }
     return rows, stats
 
 
@@ -160,8 +190,10 @@ def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> lis
         return [f"corpus hashes are not pinned (corpus.expected_hash unset); this run's: {hashes}"]
     bad = {name: (expected[name], hashes.get(name)) for name in expected if hashes.get(name) != expected[name]}
     if bad:
-        raise CorpusHashError("corpus drifted from corpus.expected_hash: " +
-                              "; ".join(f"{n}: expected {e[:12]}…, got {(g or 'missing')[:12]}…" for n, (e, g) in bad.items()))
+        raise CorpusHashError(
+            "corpus drifted from corpus.expected_hash: "
+            + "; ".join(f"{n}: expected {e[:12]}…, got {(g or 'missing')[:12]}…" for n, (e, g) in bad.items())
+        )
     return []
 
 
@@ -174,12 +206,20 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     sft_seeds = range(c.seed_offset, c.seed_offset + c.sft_episodes)
     # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
     grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
-    sft = sft_rows(spec, env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed),
-                   c.sft_label)
-    grpo, grpo_stats = grpo_rows(spec, env, tqdm(grpo_seeds, desc="corpus/grpo rollouts"),
-                                 list(c.grpo_rollout_policies or spec.rollout_policies), c.grpo_prompts,
-                                 config.reference_policy, random.Random(config.seed),
-                                 c.grpo_improvable_share, c.grpo_improvable_margin)
+    sft = sft_rows(
+        spec, env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed), c.sft_label
+    )
+    grpo, grpo_stats = grpo_rows(
+        spec,
+        env,
+        tqdm(grpo_seeds, desc="corpus/grpo rollouts"),
+        list(c.grpo_rollout_policies or spec.rollout_policies),
+        c.grpo_prompts,
+        config.reference_policy,
+        random.Random(config.seed),
+        c.grpo_improvable_share,
+        c.grpo_improvable_margin,
+    )
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
     extra_rows = {}
@@ -204,7 +244,18 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     for warning in check_hashes(hashes, c.expected_hash):
         print(f"warning: {warning}")
     run.update_manifest(corpus_hashes=hashes, corpus_extras=extras)
-    return run.stage_done("corpus", started=started, params=c.model_dump(mode="json"), inputs={"env": config.env},
-                          outputs={name: str(out / name) for name in files},
-                          metrics={"sft_rows": len(sft), "sft_episodes": c.sft_episodes, "grpo_prompts": len(grpo),
-                                   **grpo_stats, "hashes": hashes, "extras": extras})
+    return run.stage_done(
+        "corpus",
+        started=started,
+        params=c.model_dump(mode="json"),
+        inputs={"env": config.env},
+        outputs={name: str(out / name) for name in files},
+        metrics={
+            "sft_rows": len(sft),
+            "sft_episodes": c.sft_episodes,
+            "grpo_prompts": len(grpo),
+            **grpo_stats,
+            "hashes": hashes,
+            "extras": extras,
+        },
+    )

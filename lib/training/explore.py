@@ -10,6 +10,7 @@ Used every GRPO step by the reward function (lib/train.py), which logs
 and by `python -m lib probe-explore`, which reports the same numbers for any model folder or adapter on a
 fixed set of states.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,8 @@ def candidate_logprobs(model, tokenizer, messages: list[dict], answers: list[str
     mask = torch.zeros((len(answers), width), dtype=torch.long)
     for row, tail in enumerate(tails):
         sequence = prompt_ids + tail
-        ids[row, :len(sequence)] = torch.tensor(sequence)
-        mask[row, :len(sequence)] = 1
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        mask[row, : len(sequence)] = 1
     device = next(model.parameters()).device
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     logprobs = logits[:, :-1].log_softmax(-1)
@@ -56,8 +57,11 @@ def candidate_distribution(logprobs: list[float]) -> dict:
     weights = [math.exp(lp - top) for lp in logprobs]
     total = sum(weights)
     probs = [w / total for w in weights]
-    return {"entropy": -sum(p * math.log(p) for p in probs if p > 0), "mass": min(1.0, total * math.exp(top)),
-            "probs": probs}
+    return {
+        "entropy": -sum(p * math.log(p) for p in probs if p > 0),
+        "mass": min(1.0, total * math.exp(top)),
+        "probs": probs,
+    }
 
 
 def policy_candidate_distribution(model, tokenizer, messages: list[dict], observation) -> dict:
@@ -68,8 +72,13 @@ def policy_candidate_distribution(model, tokenizer, messages: list[dict], observ
     return distribution
 
 
-def group_metrics(rewards: list[float], reference_returns: list[float], group_size: int, tolerance: float = 1e-9,
-                  sampled: int | None = None) -> dict:
+def group_metrics(
+    rewards: list[float],
+    reference_returns: list[float],
+    group_size: int,
+    tolerance: float = 1e-9,
+    sampled: int | None = None,
+) -> dict:
     """Per-step exploration metrics over consecutive groups of `group_size` samples (TRL keeps each prompt's
     samples together), each group compared with the reference policy's return at its state. With `sampled`, only
     the first `sampled` completions of each group count (the rest were injected by `candidate_cover_rollout`,
@@ -82,17 +91,21 @@ def group_metrics(rewards: list[float], reference_returns: list[float], group_si
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     beats, best_gap, mean_gap = [], [], []
     for start in range(0, len(rewards), group_size):
-        group, reference = rewards[start:start + (sampled or group_size)], reference_returns[start]
+        group, reference = rewards[start : start + (sampled or group_size)], reference_returns[start]
         beats.append(max(group) > reference + tolerance)
         best_gap.append(max(group) - reference)
         mean_gap.append(sum(group) / len(group) - reference)
     n = len(beats)
-    return {"explore/beats_reference": sum(beats) / n, "explore/best_minus_reference": round(sum(best_gap) / n, 6),
-            "explore/mean_minus_reference": round(sum(mean_gap) / n, 6)}
+    return {
+        "explore/beats_reference": sum(beats) / n,
+        "explore/best_minus_reference": round(sum(best_gap) / n, 6),
+        "explore/mean_minus_reference": round(sum(mean_gap) / n, 6),
+    }
 
 
-def expected_group_metrics(distribution: dict[str, float], returns: dict[str, float], reference: float,
-                           invalid_score: float, group_size: int) -> dict:
+def expected_group_metrics(
+    distribution: dict[str, float], returns: dict[str, float], reference: float, invalid_score: float, group_size: int
+) -> dict:
     """What `group_metrics` expects for one state when `group_size` answers are sampled from `distribution`
     (answer -> probability; the missing mass is invalid output, scored `invalid_score`): the chance that some
     sample beats `reference`, and the expected best sample minus `reference`. Exact, no sampling noise.
@@ -107,7 +120,7 @@ def expected_group_metrics(distribution: dict[str, float], returns: dict[str, fl
     beats = sum(p for value, p in mass.items() if value > reference + 1e-9)
     expected_best, below = 0.0, 0.0
     for value in sorted(mass):
-        expected_best += value * ((below + mass[value]) ** group_size - below ** group_size)
+        expected_best += value * ((below + mass[value]) ** group_size - below**group_size)
         below += mass[value]
     return {"beats_reference": 1 - (1 - beats) ** group_size, "best_minus_reference": expected_best - reference}
 
@@ -129,31 +142,48 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
     per_state = []
     for row in rows:
         observation = env.restore(row["seed"], row["split"], row["history"])
-        returns = candidate_returns(env, row["seed"], row["split"], row["history"], observation,
-                                    spec.make_policy(config.reference_policy))
+        returns = candidate_returns(
+            env, row["seed"], row["split"], row["history"], observation, spec.make_policy(config.reference_policy)
+        )
         spread = policy_candidate_distribution(model, tokenizer, row["prompt"], observation)
         best = max(returns.values())
         reference = row["reference_return"]
         absolute = {answer: p * spread["mass"] for answer, p in spread["by_answer"].items()}
-        expected = expected_group_metrics(absolute, returns, reference, env.invalid_penalty, config.grpo.num_generations)
+        expected = expected_group_metrics(
+            absolute, returns, reference, env.invalid_penalty, config.grpo.num_generations
+        )
         best_answer = max(returns, key=returns.get)
-        per_state.append({"improvable": best - reference >= margin, "entropy": spread["entropy"], "mass": spread["mass"],
-                          "p_best": sum(p for a, p in absolute.items() if returns[a] == best),
-                          "best_kind": {format_action(c.id): c.kind for c in observation.candidates}[best_answer],
-                          **expected})
+        per_state.append(
+            {
+                "improvable": best - reference >= margin,
+                "entropy": spread["entropy"],
+                "mass": spread["mass"],
+                "p_best": sum(p for a, p in absolute.items() if returns[a] == best),
+                "best_kind": {format_action(c.id): c.kind for c in observation.candidates}[best_answer],
+                **expected,
+            }
+        )
 
     def summary(items):
         if not items:
             return {"states": 0}
         mean = lambda key: round(sum(i[key] for i in items) / len(items), 4)  # noqa: E731
-        return {"states": len(items), **{k: mean(k) for k in ("beats_reference", "best_minus_reference", "entropy",
-                                                              "mass", "p_best")}}
+        return {
+            "states": len(items),
+            **{k: mean(k) for k in ("beats_reference", "best_minus_reference", "entropy", "mass", "p_best")},
+        }
 
     kinds = sorted({s["best_kind"] for s in per_state if s["improvable"]})
-    return {"model": source, "group_size": config.grpo.num_generations, "margin": margin,
-            "all": summary(per_state), "improvable": summary([s for s in per_state if s["improvable"]]),
-            "improvable_by_best_kind": {k: summary([s for s in per_state if s["improvable"] and s["best_kind"] == k])
-                                        for k in kinds}}
+    return {
+        "model": source,
+        "group_size": config.grpo.num_generations,
+        "margin": margin,
+        "all": summary(per_state),
+        "improvable": summary([s for s in per_state if s["improvable"]]),
+        "improvable_by_best_kind": {
+            k: summary([s for s in per_state if s["improvable"] and s["best_kind"] == k]) for k in kinds
+        },
+    }
 
 
 def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, cover: int, seed: int):
@@ -174,21 +204,28 @@ def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, co
 
     def rollout(prompts, trainer):
         tokenizer = trainer.processing_class
-        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-                      for p in prompts]
+        prompt_ids = [
+            tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+            for p in prompts
+        ]
         completion_ids, _ = trainer._generate_single_turn(prompt_ids, None, {}, group_size)
         completion_ids = [list(ids) for ids in completion_ids]
         injected = 0
         for start in range(0, len(prompts), group_size):
             row = by_prompt[json.dumps(prompts[start], sort_keys=True)]
             observation = env.restore(row["seed"], row["split"], row["history"])
-            sampled = {tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in completion_ids[start:start + group_size - cover]}
+            sampled = {
+                tokenizer.decode(ids, skip_special_tokens=True).strip()
+                for ids in completion_ids[start : start + group_size - cover]
+            }
             unseen = [format_action(c.id) for c in observation.candidates if format_action(c.id) not in sampled]
             # seeded by step and group, not a running stream: a run resumed from a checkpoint injects the same answers
             rng = random.Random(f"{seed}/{trainer.state.global_step}/{start}")
             for offset, answer in enumerate(rng.sample(unseen, min(cover, len(unseen)))):
                 index = start + group_size - cover + offset
-                completion_ids[index] = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                completion_ids[index] = tokenizer(answer, add_special_tokens=False)["input_ids"] + [
+                    tokenizer.eos_token_id
+                ]
                 injected += 1
         trainer._metrics["train"]["explore/injected_share"].append(injected / len(prompts))
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
@@ -210,8 +247,10 @@ def ablation_table(runs: list, split: str = "holdout") -> str:
         name = "quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"
         path = run / name
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: run `python -m lib quickcheck --run-dir {run} --episodes N"
-                                    f"{'' if split == 'holdout' else ' --split ' + split}` first")
+            raise FileNotFoundError(
+                f"{path}: run `python -m lib quickcheck --run-dir {run} --episodes N"
+                f"{'' if split == 'holdout' else ' --split ' + split}` first"
+            )
         quick = json.loads(path.read_text())
         if "returns" not in quick:
             raise ValueError(f"{path} has no per-seed returns (made by an older quickcheck); run it again")
@@ -224,14 +263,19 @@ def ablation_table(runs: list, split: str = "holdout") -> str:
 
     loaded = [load(r) for r in runs]
     reference = {int(k): v for k, v in loaded[0][0]["returns"]["grpo"].items()}
-    lines = ["| run | change | GRPO | GRPO - SFT | GRPO - teacher | zero-std | beats ref. (1st quarter) | GRPO - first run's GRPO |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| run | change | GRPO | GRPO - SFT | GRPO - teacher | zero-std | beats ref. (1st quarter) "
+        "| GRPO - first run's GRPO |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for run, (quick, overrides, grpo) in zip(runs, loaded):
         returns = {int(k): v for k, v in quick["returns"]["grpo"].items()}
         change = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(base recipe)"
         versus = "reference" if run == runs[0] else ci(paired_difference(returns, reference))
-        lines.append(f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
-                     f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-teacher'])} | "
-                     f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
-                     f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |")
+        lines.append(
+            f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
+            f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-teacher'])} | "
+            f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
+            f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |"
+        )
     return "\n".join(lines)

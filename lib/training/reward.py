@@ -2,6 +2,7 @@
 metrics. Used by the grpo stage (lib/train.py) and the anti-hacking suite (lib/antihack.py), so training and the
 attacks are scored by the same function.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ import torch
 
 from ..config import RunConfig
 from ..envs import get_spec
-from .explore import group_metrics, policy_candidate_distribution
 from ..episodes import action_returns, policy_actor
+from .explore import group_metrics, policy_candidate_distribution
 
 
 def model_continuation(policy: dict, max_new_tokens: int):
@@ -27,10 +28,16 @@ def model_continuation(policy: dict, max_new_tokens: int):
         model.eval()
         try:
             with torch.no_grad():
-                return generate_actions(model, tokenizer, [e.env.render(e.observation) for e in live],
-                                        greedy=True, max_new_tokens=max_new_tokens)
+                return generate_actions(
+                    model,
+                    tokenizer,
+                    [e.env.render(e.observation) for e in live],
+                    greedy=True,
+                    max_new_tokens=max_new_tokens,
+                )
         finally:
             model.train(was_training)
+
     return act
 
 
@@ -59,34 +66,41 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
         if reference_return is None or log_metric is None:
             return
         injected = max(1, round(g.cover_share * g.num_generations)) if g.group_sampling == "cover_candidates" else 0
-        for name, value in group_metrics(rewards, list(reference_return), g.num_generations,
-                                         sampled=g.num_generations - injected).items():
+        for name, value in group_metrics(
+            rewards, list(reference_return), g.num_generations, sampled=g.num_generations - injected
+        ).items():
             log_metric(name, value)  # the policy's own samples only
         if injected:
-            log_metric("explore/beats_reference_with_injected",
-                       group_metrics(rewards, list(reference_return), g.num_generations)["explore/beats_reference"])
+            log_metric(
+                "explore/beats_reference_with_injected",
+                group_metrics(rewards, list(reference_return), g.num_generations)["explore/beats_reference"],
+            )
         if not g.log_candidate_entropy or policy is None or "model" not in policy:
             return
         model, tokenizer = policy["model"], policy["tokenizer"]
         was_training = model.training
         model.eval()
         try:
-            spreads = [policy_candidate_distribution(model, tokenizer, prompt, explore_env.restore(s, sp, json.loads(h)))
-                       for prompt, s, sp, h in list(zip(prompts, seed, split, history))[::g.num_generations]]
+            spreads = [
+                policy_candidate_distribution(model, tokenizer, prompt, explore_env.restore(s, sp, json.loads(h)))
+                for prompt, s, sp, h in list(zip(prompts, seed, split, history))[:: g.num_generations]
+            ]
         finally:
             model.train(was_training)
         log_metric("explore/candidate_entropy", sum(d["entropy"] for d in spreads) / len(spreads))
         log_metric("explore/candidate_mass", sum(d["mass"] for d in spreads) / len(spreads))
 
-    def environment_reward(prompts, completions, seed, split, history, reference_return=None, log_metric=None,
-                           log_extra=None, **_):
+    def environment_reward(
+        prompts, completions, seed, split, history, reference_return=None, log_metric=None, log_extra=None, **_
+    ):
         rewards, invalid, blocked, exploits = [], 0, 0, 0
         rules: dict[str, int] = {}
         components_sum: dict[str, float] = {}
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         envs.extend(spec.make_env() for _ in range(len(texts) - len(envs)))
-        scored = action_returns(envs, [(s, sp, json.loads(h), t) for s, sp, h, t in zip(seed, split, history, texts)],
-                                continuation)
+        scored = action_returns(
+            envs, [(s, sp, json.loads(h), t) for s, sp, h, t in zip(seed, split, history, texts)], continuation
+        )
         for text, (score, info) in zip(texts, scored):
             invalid += "invalid" in info
             exploits += bool(info.get("exploit"))

@@ -3,6 +3,7 @@
 `python -m lib stage sft|grpo --profile P --run-dir outputs/<id>` (or under `accelerate launch`); notebooks
 03_sft and 04_grpo call the same functions.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,15 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from ..config import RunConfig
-from .corpus import read_jsonl
 from ..embedded import source_record
 from ..envs import get_spec
-from .explore import candidate_cover_rollout
 from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
-from .reward import make_reward_function
 from ..runs import Run, seed_everything
+from .checkpoints import verify_checkpoint, write_checkpoint_manifest
+from .corpus import read_jsonl
+from .explore import candidate_cover_rollout
+from .reward import make_reward_function
 
 
 class NonFiniteLossError(RuntimeError):
@@ -56,14 +57,20 @@ class JsonlLogger(TrainerCallback):
         self._last: tuple[float, float] | None = None  # (time, num_tokens) at the previous log
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        record = {"step": state.global_step, "time": time.time(), "peak_memory_mb": round(_peak_memory_mb(), 1),
-                  **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}}
+        record = {
+            "step": state.global_step,
+            "time": time.time(),
+            "peak_memory_mb": round(_peak_memory_mb(), 1),
+            **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))},
+        }
         if all(k in record for k in ("step_time", "time/generation_s", "time/reward_s")):
             # TRL's step_time covers generation, reward and the optimisation step; the rest is forward+backward
             record["time/backward_s"] = record["step_time"] - record["time/generation_s"] - record["time/reward_s"]
         if "num_tokens" in record:
             if self._last is not None and record["time"] > self._last[0]:
-                record["throughput_tokens_per_s"] = (record["num_tokens"] - self._last[1]) / (record["time"] - self._last[0])
+                record["throughput_tokens_per_s"] = (record["num_tokens"] - self._last[1]) / (
+                    record["time"] - self._last[0]
+                )
             self._last = (record["time"], record["num_tokens"])
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -99,7 +106,9 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     out = run.stage_dir("sft")
     base = config.model.name
     if is_tiny(config.model):
-        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [get_spec(config.env).vocabulary()]
+        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [
+            get_spec(config.env).vocabulary()
+        ]
         base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
@@ -111,15 +120,36 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     if adapter:
         model, peft = with_lora(model, config.model, backend)
     s = config.sft
-    args = SFTConfig(output_dir=str(out / "trainer"), num_train_epochs=s.epochs, per_device_train_batch_size=s.batch_size,
-                     gradient_accumulation_steps=s.grad_accum, learning_rate=s.learning_rate, max_length=s.max_length,
-                     max_steps=s.max_steps or -1, logging_steps=s.logging_steps, save_strategy="no",
-                     gradient_checkpointing=s.gradient_checkpointing, report_to="none", seed=config.seed,
-                     data_seed=config.seed, completion_only_loss=True, lr_scheduler_type="cosine", warmup_steps=0.05,
-                     disable_tqdm=False, full_determinism=False, **_precision_flags(config))
+    args = SFTConfig(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=s.epochs,
+        per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=s.grad_accum,
+        learning_rate=s.learning_rate,
+        max_length=s.max_length,
+        max_steps=s.max_steps or -1,
+        logging_steps=s.logging_steps,
+        save_strategy="no",
+        gradient_checkpointing=s.gradient_checkpointing,
+        report_to="none",
+        seed=config.seed,
+        data_seed=config.seed,
+        completion_only_loss=True,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        disable_tqdm=False,
+        full_determinism=False,
+        **_precision_flags(config),
+    )
     guard = FiniteLossGuard()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=_sft_dataset(rows), processing_class=tokenizer,
-                         peft_config=peft, callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=_sft_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=peft,
+        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+    )
     runtime = trainer.train().metrics["train_runtime"]
     if guard.bad_step is not None:
         raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
@@ -128,14 +158,28 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     # TRL's running count of non-pad tokens trained on (the logged num_tokens lags behind by up to logging_steps)
     tokens = int(getattr(trainer, "_total_train_tokens", 0)) or max(
-        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0)
-    return run.stage_done("sft", started=started, params=s.model_dump(), inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
-                          outputs={"model": str(model_dir)},
-                          metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step, "loss_first": losses[0] if losses else None,
-                                   "loss_last": losses[-1] if losses else None, "losses": losses,
-                                   "train_tokens": tokens, "train_runtime_s": round(runtime, 3),
-                                   "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
-                                   "weights_sha256": weights_sha256(model_dir), "full_finetune": not adapter})
+        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
+    )
+    return run.stage_done(
+        "sft",
+        started=started,
+        params=s.model_dump(),
+        inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
+        outputs={"model": str(model_dir)},
+        metrics={
+            "backend": backend,
+            "logprob_kernel": logprob_kernel,
+            "steps": trainer.state.global_step,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "losses": losses,
+            "train_tokens": tokens,
+            "train_runtime_s": round(runtime, 3),
+            "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
+            "weights_sha256": weights_sha256(model_dir),
+            "full_finetune": not adapter,
+        },
+    )
 
 
 def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
@@ -155,16 +199,30 @@ def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
     too_long = []
     for i, r in enumerate(rows):
-        n = len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])
+        n = len(
+            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
         if n > max_prompt_length:
             too_long.append((i, n))
     if too_long:
-        raise PromptTooLongError(f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
-                                 f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts")
-    return Dataset.from_list([{"prompt": r["prompt"], "seed": r["seed"], "split": r["split"], "history": json.dumps(r["history"]),
-                               **({"reference_return": r["reference_return"]} if "reference_return" in r else {})}
-                              for r in rows])
+        raise PromptTooLongError(
+            f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
+            f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts"
+        )
+    return Dataset.from_list(
+        [
+            {
+                "prompt": r["prompt"],
+                "seed": r["seed"],
+                "split": r["split"],
+                "history": json.dumps(r["history"]),
+                **({"reference_return": r["reference_return"]} if "reference_return" in r else {}),
+            }
+            for r in rows
+        ]
+    )
 
 
 @contextmanager
@@ -220,8 +278,15 @@ def _explore_summary(history: list[dict]) -> dict:
     return summary
 
 
-def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=(), *,
-             base_model: str | None = None, stage: str = "grpo") -> dict:
+def run_grpo(
+    config: RunConfig,
+    run: Run,
+    resume_from: str | None = None,
+    extra_callbacks=(),
+    *,
+    base_model: str | None = None,
+    stage: str = "grpo",
+) -> dict:
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
     from .trl_compat import ensure_logprob_kernel
 
@@ -243,24 +308,47 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
     g = config.grpo
     dataset = _grpo_dataset(rows, tokenizer, g.max_prompt_length)
-    args = GRPOConfig(output_dir=str(out / "trainer"), max_steps=g.max_steps, per_device_train_batch_size=g.batch_size,
-                      num_generations=g.num_generations, learning_rate=g.learning_rate,
-                      max_completion_length=g.max_completion_length, temperature=g.temperature, top_k=g.top_k, beta=g.beta,
-                      gradient_checkpointing=g.gradient_checkpointing, epsilon_high=g.epsilon_high,
-                      entropy_coef=g.entropy_coef, use_adaptive_entropy=g.use_adaptive_entropy,
-                      entropy_target=g.entropy_target, scale_rewards=g.scale_rewards,
-                      logging_steps=g.logging_steps, report_to="none", seed=config.seed, data_seed=config.seed,
-                      save_strategy="steps" if g.checkpoint_every else "no", save_steps=g.checkpoint_every or 500,
-                      disable_tqdm=False, **_precision_flags(config))
+    args = GRPOConfig(
+        output_dir=str(out / "trainer"),
+        max_steps=g.max_steps,
+        per_device_train_batch_size=g.batch_size,
+        num_generations=g.num_generations,
+        learning_rate=g.learning_rate,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        top_k=g.top_k,
+        beta=g.beta,
+        gradient_checkpointing=g.gradient_checkpointing,
+        epsilon_high=g.epsilon_high,
+        entropy_coef=g.entropy_coef,
+        use_adaptive_entropy=g.use_adaptive_entropy,
+        entropy_target=g.entropy_target,
+        scale_rewards=g.scale_rewards,
+        logging_steps=g.logging_steps,
+        report_to="none",
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps" if g.checkpoint_every else "no",
+        save_steps=g.checkpoint_every or 500,
+        disable_tqdm=False,
+        **_precision_flags(config),
+    )
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
     rollout = None
     if g.group_sampling == "cover_candidates":
         cover = max(1, round(g.cover_share * g.num_generations))
         rollout = candidate_cover_rollout(rows, config.env, g.num_generations, cover, config.seed)
-    trainer = _timed_trainer_class()(model=model, reward_funcs=make_reward_function(config, out / "samples.jsonl", policy), args=args,
-                                     train_dataset=dataset, processing_class=tokenizer, peft_config=peft, rollout_func=rollout,
-                                     callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks])
+    trainer = _timed_trainer_class()(
+        model=model,
+        reward_funcs=make_reward_function(config, out / "samples.jsonl", policy),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft,
+        rollout_func=rollout,
+        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+    )
     policy["model"] = trainer.model
     run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)
     try:
@@ -272,20 +360,36 @@ def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_
     if guard.bad_step is not None:
         good = sorted((out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         last = str(good[-1]) if good else "none"
-        run.stage_done(stage, started=started, params=g.model_dump(), inputs={}, outputs={"last_good_checkpoint": last},
-                       metrics={"bad_step": guard.bad_step}, status="failed: non-finite loss")
+        run.stage_done(
+            stage,
+            started=started,
+            params=g.model_dump(),
+            inputs={},
+            outputs={"last_good_checkpoint": last},
+            metrics={"bad_step": guard.bad_step},
+            status="failed: non-finite loss",
+        )
         raise NonFiniteLossError(f"GRPO loss became non-finite at step {guard.bad_step}; last good checkpoint: {last}")
     adapter_dir = out / "adapter"
     _save_atomically(trainer, tokenizer, adapter_dir, merge=False)
     history = [h for h in trainer.state.log_history if "reward" in h]
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
-    return run.stage_done(stage, started=started, params=g.model_dump(),
-                          inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "base_model": base_model},
-                          outputs={"adapter": str(adapter_dir), "base_model": base_model},
-                          metrics={"backend": backend, "logprob_kernel": logprob_kernel, "steps": trainer.state.global_step,
-                                   "reward_first": history[0]["reward"] if history else None,
-                                   "reward_last": history[-1]["reward"] if history else None,
-                                   "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
-                                   "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
-                                   **_explore_summary(history),
-                                   "adapter_sha256": weights_sha256(adapter_dir), "resumed_from": resume_from})
+    return run.stage_done(
+        stage,
+        started=started,
+        params=g.model_dump(),
+        inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "base_model": base_model},
+        outputs={"adapter": str(adapter_dir), "base_model": base_model},
+        metrics={
+            "backend": backend,
+            "logprob_kernel": logprob_kernel,
+            "steps": trainer.state.global_step,
+            "reward_first": history[0]["reward"] if history else None,
+            "reward_last": history[-1]["reward"] if history else None,
+            "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
+            "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
+            **_explore_summary(history),
+            "adapter_sha256": weights_sha256(adapter_dir),
+            "resumed_from": resume_from,
+        },
+    )

@@ -5,6 +5,7 @@ ships no Triton, so both trainers fail at its first step (`_ChunkedLogProbFuncti
 that kernel is missing, `ensure_logprob_kernel()` plugs in the same computation in plain torch (full logits,
 fine for small vocabularies). Used by the sft and grpo stages, which record the kernel it ran with.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,17 @@ class TorchChunkedLogProb:
     """Same signature and outputs as trl.kernels.ChunkedLogProbFunction.apply, differentiable through autograd."""
 
     @staticmethod
-    def apply(hidden, weight, bias, targets, temperature, chunk_size, final_logit_softcapping=None,
-              logit_scale=1.0, outputs=OPTIONAL_OUTPUTS):
+    def apply(
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        chunk_size,
+        final_logit_softcapping=None,
+        logit_scale=1.0,
+        outputs=OPTIONAL_OUTPUTS,
+    ):
         z = hidden.float() @ weight.float().t()
         if bias is not None:
             z = z + bias.float()
@@ -37,7 +47,8 @@ class TorchChunkedLogProb:
 
 
 def ensure_logprob_kernel() -> str:
-    """Returns the kernel the trainers will use: 'triton' (TRL's own) or 'torch' (this module's, only without Triton)."""
+    """Returns the kernel the trainers will use: 'triton' (TRL's own) or 'torch' (this module's, only without
+    Triton)."""
     import trl.trainer.utils as trl_utils
 
     if trl_utils._ChunkedLogProbFunction is None:

@@ -1,4 +1,5 @@
 """PolyGuard, the medication-safety review environment (README.md here; DATA.md for the knowledge base)."""
+
 from ..spec import EnvSpec
 from . import reward
 from .attacks import ANTI_CHEAT_RULES, HARMFUL_KINDS, anti_cheat_rule, harmful_attacks
@@ -17,7 +18,7 @@ def vocabulary() -> str:
 SPEC = EnvSpec(
     name="polyguard",
     description="medication review: gather evidence on a patient's drugs, then stop, substitute, reduce or monitor "
-                "them to remove planted interactions, contraindications, duplicates and renal dosing errors",
+    "them to remove planted interactions, contraindications, duplicates and renal dosing errors",
     make_env=PolyGuardEnv,
     policies=POLICIES,
     baselines=BASELINES,

@@ -1,5 +1,6 @@
 """PolyGuard's format-perfect but harmful answers for the anti-hacking suite, and which anti-cheat rule an ended
 episode hit. Each attack must score at most the worst legal action at its state (checked by the generic suite)."""
+
 from __future__ import annotations
 
 from ..base import format_action

@@ -4,6 +4,7 @@ Used by `python -m lib baselines`, the corpus, GRPO rewards and evaluation. Each
 regimen, the evidence gathered so far and a shuffled set of candidate actions with ids; the policy answers
 with one JSON object naming a candidate.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,9 +18,15 @@ from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import Patient, Problem, detect_problems, generate, renal_applies
 
 MAX_CONSECUTIVE_INVALID = 3
-ACTION_TEXT = {"gather": "gather evidence on {}", "stop": "stop {}", "substitute": "substitute {} with {}",
-               "reduce": "reduce dose of {}", "monitor": "order monitoring for {}", "review": "request pharmacist review",
-               "finish": "finish review"}
+ACTION_TEXT = {
+    "gather": "gather evidence on {}",
+    "stop": "stop {}",
+    "substitute": "substitute {} with {}",
+    "reduce": "reduce dose of {}",
+    "monitor": "order monitoring for {}",
+    "review": "request pharmacist review",
+    "finish": "finish review",
+}
 MAX_ALTERNATIVES_SHOWN = 2
 
 
@@ -111,14 +118,27 @@ class PolyGuardEnv(Environment):
                 components = {"invalid_limit": 1.0}
             else:
                 components, final = terminal_components(
-                    self.kb, self.patient, self.initial_regimen, self.initial_problems, self.regimen,
-                    self.monitored, steps=self._steps, budget=self.budget, valid=self._valid,
-                    gathered_any=bool(self.gathered), exploit=exploit)
+                    self.kb,
+                    self.patient,
+                    self.initial_regimen,
+                    self.initial_problems,
+                    self.regimen,
+                    self.monitored,
+                    steps=self._steps,
+                    budget=self.budget,
+                    valid=self._valid,
+                    gathered_any=bool(self.gathered),
+                    exploit=exploit,
+                )
                 terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
                 info["problems_final"] = [p.__dict__ for p in sorted(final, key=_problem_key)]
             reward += terminal
-            info.update(end_reason=end_reason, exploit=exploit, terminal_reward=terminal,
-                        problems_initial=[p.__dict__ for p in sorted(self.initial_problems, key=_problem_key)])
+            info.update(
+                end_reason=end_reason,
+                exploit=exploit,
+                terminal_reward=terminal,
+                problems_initial=[p.__dict__ for p in sorted(self.initial_problems, key=_problem_key)],
+            )
         self._total += reward
         if self._done:
             info["episode_return"] = min(1.0, max(0.0, self._total))
@@ -130,10 +150,18 @@ class PolyGuardEnv(Environment):
 
     def state(self) -> dict[str, Any]:
         return {
-            "env": self.name, "seed": self.seed, "split": self.split, "step": self._steps, "budget": self.budget,
-            "done": self._done, "history": list(self.history), "regimen": dict(self.regimen),
-            "gathered": sorted(self.gathered), "monitored": sorted(self.monitored),
-            "patient": self.patient.__dict__, "problems": [p.__dict__ for p in sorted(self.current_problems(), key=_problem_key)],
+            "env": self.name,
+            "seed": self.seed,
+            "split": self.split,
+            "step": self._steps,
+            "budget": self.budget,
+            "done": self._done,
+            "history": list(self.history),
+            "regimen": dict(self.regimen),
+            "gathered": sorted(self.gathered),
+            "monitored": sorted(self.monitored),
+            "patient": self.patient.__dict__,
+            "problems": [p.__dict__ for p in sorted(self.current_problems(), key=_problem_key)],
             "return_so_far": self._total,
         }
 
@@ -175,8 +203,10 @@ class PolyGuardEnv(Environment):
                 self.regimen[drug] = "reduced"
             elif kind == "substitute":
                 self.slots[args[1]] = self.slots.pop(drug)
-                self.regimen = {(args[1] if d == drug else d): ("standard" if d == drug else dose)
-                                for d, dose in self.regimen.items()}
+                self.regimen = {
+                    (args[1] if d == drug else d): ("standard" if d == drug else dose)
+                    for d, dose in self.regimen.items()
+                }
             self.monitored.discard(drug)
             self._regimen_changed = True
             signature = self._signature()
@@ -204,24 +234,49 @@ class PolyGuardEnv(Environment):
         findings = []
         for other in self.regimen:
             if other != drug and (found := kb.interaction(drug, other)) is not None:
-                findings.append(Finding(drug, "interaction", other, found.severity,
-                                        f"{found.severity} interaction with [{self.slots[other]}] {other}"))
+                findings.append(
+                    Finding(
+                        drug,
+                        "interaction",
+                        other,
+                        found.severity,
+                        f"{found.severity} interaction with [{self.slots[other]}] {other}",
+                    )
+                )
             if other != drug and kb.drugs[other].drug_class == kb.drugs[drug].drug_class:
                 cls = kb.drugs[drug].drug_class
-                findings.append(Finding(drug, "duplicate", other, cls, f"same class as [{self.slots[other]}] {other} ({cls}): duplicate therapy"))
+                findings.append(
+                    Finding(
+                        drug,
+                        "duplicate",
+                        other,
+                        cls,
+                        f"same class as [{self.slots[other]}] {other} ({cls}): duplicate therapy",
+                    )
+                )
         rule = kb.renal.get(drug)
         if rule is not None:
             applies = patient.egfr < rule.egfr_below
             verdict = rule.action if applies else "no change"
-            findings.append(Finding(drug, "renal", "", verdict if applies else "none",
-                                    f"renal: {rule.action} if eGFR < {rule.egfr_below}; eGFR {patient.egfr} -> {verdict}"))
+            findings.append(
+                Finding(
+                    drug,
+                    "renal",
+                    "",
+                    verdict if applies else "none",
+                    f"renal: {rule.action} if eGFR < {rule.egfr_below}; eGFR {patient.egfr} -> {verdict}",
+                )
+            )
         for condition in kb.contraindications.get(drug, {}):
             if condition in patient.conditions:
-                findings.append(Finding(drug, "contraindication", condition, "major",
-                                        f"contraindicated in {condition}"))
+                findings.append(
+                    Finding(drug, "contraindication", condition, "major", f"contraindicated in {condition}")
+                )
         for number, alternative in enumerate(self.alternatives(drug), start=1):
             verdict = self._screen(drug, alternative)
-            findings.append(Finding(drug, "alternative", alternative, verdict, f"alternative {number} {alternative}: {verdict}"))
+            findings.append(
+                Finding(drug, "alternative", alternative, verdict, f"alternative {number} {alternative}: {verdict}")
+            )
         if not any(f.kind not in ("alternative",) for f in findings):
             findings.insert(0, Finding(drug, "clear", "", "", "no interactions or contraindications found"))
         result = tuple(findings)
@@ -260,8 +315,10 @@ class PolyGuardEnv(Environment):
                 raw.append((f"gather:{slot}", ("gather", drug)))
                 continue
             raw.append((f"stop:{slot}", ("stop", drug)))
-            raw += [(f"substitute:{slot}:{n}", ("substitute", drug, alternative))
-                    for n, alternative in enumerate(self.alternatives(drug), start=1)]
+            raw += [
+                (f"substitute:{slot}:{n}", ("substitute", drug, alternative))
+                for n, alternative in enumerate(self.alternatives(drug), start=1)
+            ]
             if dose == "standard":
                 raw.append((f"reduce:{slot}", ("reduce", drug)))
             if drug not in self.monitored:

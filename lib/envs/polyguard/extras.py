@@ -1,5 +1,6 @@
 """PolyGuard's optional corpus extra `drug_labels`: the drug-interaction section of each drug's openFDA label,
 fetched once and cached on disk (`corpus.extras: [drug_labels]`). Offline, it is skipped and says so."""
+
 from __future__ import annotations
 
 import json

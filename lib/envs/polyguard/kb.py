@@ -3,6 +3,7 @@
 Used by the PolyGuard environment; `load_kb(path)` validates every row and names the file, line and
 field of the first problem it finds.
 """
+
 from __future__ import annotations
 
 import csv
@@ -108,8 +109,12 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
     drugs: dict[str, Drug] = {}
     for line, r in _rows(directory, "drugs.csv"):
         _require(r["drug"] not in drugs, "drugs.csv", line, f"duplicate drug {r['drug']!r}")
-        _require(conditions.get(r["indication"]) == "treated", "drugs.csv", line,
-                 f"indication {r['indication']!r} is not a treated condition in conditions.csv")
+        _require(
+            conditions.get(r["indication"]) == "treated",
+            "drugs.csv",
+            line,
+            f"indication {r['indication']!r} is not a treated condition in conditions.csv",
+        )
         drugs[r["drug"]] = Drug(r["drug"], r["drug_class"], r["indication"])
 
     def known(name: str, line: int, drug: str, field: str) -> None:
@@ -122,36 +127,63 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
         pair = frozenset((r["drug_a"], r["drug_b"]))
         _require(len(pair) == 2, "interactions.csv", line, "a drug cannot interact with itself")
         _require(pair not in interactions, "interactions.csv", line, f"pair {sorted(pair)} listed twice")
-        _require(r["severity"] in SEVERITIES, "interactions.csv", line, f"severity {r['severity']!r} not in {SEVERITIES}")
+        _require(
+            r["severity"] in SEVERITIES, "interactions.csv", line, f"severity {r['severity']!r} not in {SEVERITIES}"
+        )
         _require(r["reserved"] in ("0", "1"), "interactions.csv", line, "reserved must be 0 or 1")
         reserved = r["reserved"] == "1"
-        _require(not reserved or r["severity"] in MAJOR_SEVERITIES, "interactions.csv", line,
-                 "only major or contraindicated interactions can be reserved")
-        interactions[pair] = Interaction(r["drug_a"], r["drug_b"], r["severity"], r["mechanism"], r["management"], reserved)
+        _require(
+            not reserved or r["severity"] in MAJOR_SEVERITIES,
+            "interactions.csv",
+            line,
+            "only major or contraindicated interactions can be reserved",
+        )
+        interactions[pair] = Interaction(
+            r["drug_a"], r["drug_b"], r["severity"], r["mechanism"], r["management"], reserved
+        )
 
     renal: dict[str, RenalRule] = {}
     for line, r in _rows(directory, "renal_rules.csv"):
         known("renal_rules.csv", line, r["drug"], "drug")
         _require(r["drug"] not in renal, "renal_rules.csv", line, f"second rule for {r['drug']!r}")
-        _require(r["egfr_below"].isdigit() and 0 < int(r["egfr_below"]) < 150, "renal_rules.csv", line,
-                 f"egfr_below {r['egfr_below']!r} is not an integer in (0, 150)")
-        _require(r["action"] in ("reduce", "avoid"), "renal_rules.csv", line, f"action {r['action']!r} not reduce/avoid")
+        _require(
+            r["egfr_below"].isdigit() and 0 < int(r["egfr_below"]) < 150,
+            "renal_rules.csv",
+            line,
+            f"egfr_below {r['egfr_below']!r} is not an integer in (0, 150)",
+        )
+        _require(
+            r["action"] in ("reduce", "avoid"), "renal_rules.csv", line, f"action {r['action']!r} not reduce/avoid"
+        )
         renal[r["drug"]] = RenalRule(r["drug"], int(r["egfr_below"]), r["action"], r["note"])
 
     contraindications: dict[str, dict[str, str]] = {}
     for line, r in _rows(directory, "contraindications.csv"):
         known("contraindications.csv", line, r["drug"], "drug")
-        _require(r["condition"] in conditions, "contraindications.csv", line, f"condition {r['condition']!r} not in conditions.csv")
-        _require(drugs[r["drug"]].indication != r["condition"], "contraindications.csv", line,
-                 f"{r['drug']} cannot be contraindicated in its own indication")
+        _require(
+            r["condition"] in conditions,
+            "contraindications.csv",
+            line,
+            f"condition {r['condition']!r} not in conditions.csv",
+        )
+        _require(
+            drugs[r["drug"]].indication != r["condition"],
+            "contraindications.csv",
+            line,
+            f"{r['drug']} cannot be contraindicated in its own indication",
+        )
         contraindications.setdefault(r["drug"], {})[r["condition"]] = r["reason"]
 
     alternatives: dict[str, list[str]] = {}
     for line, r in _rows(directory, "alternatives.csv"):
         known("alternatives.csv", line, r["drug"], "drug")
         known("alternatives.csv", line, r["alternative"], "alternative")
-        _require(drugs[r["drug"]].indication == drugs[r["alternative"]].indication, "alternatives.csv", line,
-                 f"{r['alternative']} does not share the indication of {r['drug']}")
+        _require(
+            drugs[r["drug"]].indication == drugs[r["alternative"]].indication,
+            "alternatives.csv",
+            line,
+            f"{r['alternative']} does not share the indication of {r['drug']}",
+        )
         _require(r["alternative"] not in alternatives.get(r["drug"], []), "alternatives.csv", line, "duplicate row")
         alternatives.setdefault(r["drug"], []).append(r["alternative"])
 

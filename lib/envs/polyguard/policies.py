@@ -1,5 +1,6 @@
 """PolyGuard's scripted policies: the heuristic SFT teacher, the oracle ceiling, the evidence-reading expert and
 the trivial policies. Every policy answers with the canonical action text, like a model would."""
+
 from __future__ import annotations
 
 from ..base import Policy, format_action
@@ -9,7 +10,8 @@ from .scenario import detect_problems
 
 
 class HeuristicPolicy(Policy):
-    """The SFT teacher, deliberately imperfect: it gathers evidence on every drug (last listed first), then STOPS the later drug
+    """The SFT teacher, deliberately imperfect: it gathers evidence on every drug (last listed first), then STOPS
+    the later drug
     of each major interaction, duplicate or contraindication (never substitutes), ignores renal dosing and
     never orders monitoring."""
 
@@ -22,7 +24,11 @@ class HeuristicPolicy(Policy):
             return format_action(max(gather, key=lambda c: order[c.args[0]]).id)
         order = [drug for drug, _, _ in observation.regimen]
         for finding in observation.evidence:
-            if finding.kind == "interaction" and finding.detail in ("major", "contraindicated") or finding.kind == "duplicate":
+            if (
+                finding.kind == "interaction"
+                and finding.detail in ("major", "contraindicated")
+                or finding.kind == "duplicate"
+            ):
                 target = max(finding.drug, finding.other, key=order.index)
             elif finding.kind == "contraindication":
                 target = finding.drug
@@ -57,9 +63,14 @@ class OraclePolicy(Policy):
         kb = env.kb
         drugs = list(env.regimen)
         for i, a in enumerate(drugs):
-            for b in drugs[i + 1:]:
+            for b in drugs[i + 1 :]:
                 found = kb.interaction(a, b)
-                if found is not None and found.severity == "moderate" and a not in env.monitored and b not in env.monitored:
+                if (
+                    found is not None
+                    and found.severity == "moderate"
+                    and a not in env.monitored
+                    and b not in env.monitored
+                ):
                     return ("monitor", a)
         return ("finish",)
 
@@ -76,7 +87,9 @@ class OraclePolicy(Policy):
                 elif key[0] == "reduce":
                     regimen[drug] = "reduced"
                 else:
-                    regimen = {(key[2] if d == drug else d): ("standard" if d == drug else v) for d, v in regimen.items()}
+                    regimen = {
+                        (key[2] if d == drug else d): ("standard" if d == drug else v) for d, v in regimen.items()
+                    }
                 after = detect_problems(env.kb, env.patient, regimen)
                 keeps = treated <= {env.kb.drugs[d].indication for d in regimen}
                 yield (problem not in after, -len(after - current), keeps, self.PREFERENCE[key[0]], key)
@@ -124,17 +137,45 @@ class EvidenceExpert(Policy):
             elif f.kind == "duplicate":
                 yield ("stop", max(f.drug, f.other, key=order.index))
         for f in evidence:
-            if f.kind == "interaction" and f.detail == "moderate" and not {f.drug, f.other} & set(observation.monitored):
+            if (
+                f.kind == "interaction"
+                and f.detail == "moderate"
+                and not {f.drug, f.other} & set(observation.monitored)
+            ):
                 yield ("monitor", f.drug)
 
 
 AlwaysFinish = first_of_kinds("always_finish", (), "finish", "Finishes at once, changing nothing.")
 StopEverything = first_of_kinds("stop_everything", ("stop", "gather"), "finish", "Stops every drug it can.")
-MonitorEverything = first_of_kinds("monitor_everything", ("monitor", "gather"), "finish",
-                                   "'Flag everything': orders monitoring on every drug and changes nothing.")
+MonitorEverything = first_of_kinds(
+    "monitor_everything",
+    ("monitor", "gather"),
+    "finish",
+    "'Flag everything': orders monitoring on every drug and changes nothing.",
+)
 ReviewEveryStep = first_of_kinds("review_every_step", ("review",), "finish", "Asks for a pharmacist review every step.")
 
-POLICIES = {p.name: p for p in (RandomPolicy, HeuristicPolicy, OraclePolicy, EvidenceExpert, AlwaysFinish, StopEverything,
-                                FirstCandidate, RepeatLast, ReviewEveryStep, MonitorEverything)}
+POLICIES = {
+    p.name: p
+    for p in (
+        RandomPolicy,
+        HeuristicPolicy,
+        OraclePolicy,
+        EvidenceExpert,
+        AlwaysFinish,
+        StopEverything,
+        FirstCandidate,
+        RepeatLast,
+        ReviewEveryStep,
+        MonitorEverything,
+    )
+}
 BASELINES = ("random", "heuristic", "oracle", "evidence_expert")
-TRIVIAL = ("always_finish", "stop_everything", "first_candidate", "repeat_last", "review_every_step", "monitor_everything")
+TRIVIAL = (
+    "always_finish",
+    "stop_everything",
+    "first_candidate",
+    "repeat_last",
+    "review_every_step",
+    "monitor_everything",
+)

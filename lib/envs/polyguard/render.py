@@ -2,6 +2,7 @@
 
 SFT data, GRPO rollouts, evaluation and post-save inference all call `render`; `PolyGuardEnv.render` is it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -24,7 +25,10 @@ def render(observation: Observation) -> list[dict[str, str]]:
         f"Patient: age {p.age}, eGFR {p.egfr}, liver {p.liver}",
         f"Conditions: {', '.join(p.conditions)}",
         "Regimen:",
-        *(f"{slot}. {drug} {dose} dose ({indication})" for slot, (drug, dose, indication) in zip(observation.slots, observation.regimen)),
+        *(
+            f"{slot}. {drug} {dose} dose ({indication})"
+            for slot, (drug, dose, indication) in zip(observation.slots, observation.regimen)
+        ),
         "Evidence:",
         *(f"- [{slot_of[f.drug]}] {f.drug}: {f.text}" for f in observation.evidence),
     ]
@@ -39,8 +43,11 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines += [f'- "{c.id}"' for c in observation.candidates]
     # Said last, nearest the answer, and derived from the above: the risks the evidence states, most serious last,
     # then the regimen numbers that still have no evidence.
-    unreviewed = [str(slot) for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
-                  if not any(f.drug == drug for f in observation.evidence)]
+    unreviewed = [
+        str(slot)
+        for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
+        if not any(f.drug == drug for f in observation.evidence)
+    ]
     items = flags(observation, slot_of) + ([f"to review {' '.join(unreviewed)}"] if unreviewed else [])
     lines.append(f"Open items: {', '.join(items) or 'none'}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

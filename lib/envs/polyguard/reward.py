@@ -3,6 +3,7 @@
 The environment calls `terminal_components` when an episode ends; training (GRPO step mode) and evaluation
 both read the environment's return, so there is no second implementation of the score.
 """
+
 from __future__ import annotations
 
 from .kb import KnowledgeBase
@@ -10,13 +11,13 @@ from .scenario import Patient, Problem, detect_problems, renal_applies
 
 # The one place the weights live. Positive weights sum to 1, so a perfect episode returns 1.0.
 WEIGHTS = {
-    "legality": 0.05,    # share of actions that were valid
-    "safety": 0.45,      # planted problems resolved (stopping a needed drug earns half), minus new harm
-    "treatment": 0.20,   # conditions treated at the start that are still treated at the end
-    "dosing": 0.10,      # final doses right for the patient's kidney function
+    "legality": 0.05,  # share of actions that were valid
+    "safety": 0.45,  # planted problems resolved (stopping a needed drug earns half), minus new harm
+    "treatment": 0.20,  # conditions treated at the start that are still treated at the end
+    "dosing": 0.10,  # final doses right for the patient's kidney function
     "efficiency": 0.10,  # safety achieved per step of the budget
-    "process": 0.10,     # moderate interactions left in the regimen are monitored
-    "anti_cheat": 1.0,   # penalty: finishing with a major risk, loops, review abuse
+    "process": 0.10,  # moderate interactions left in the regimen are monitored
+    "anti_cheat": 1.0,  # penalty: finishing with a major risk, loops, review abuse
 }
 # A cheat costs the whole positive weight, so the clamped terminal reward of any cheating episode is 0: no
 # format-perfect but harmful ending (finish with a major risk, a loop, a second review) can outscore a legal one.
@@ -66,16 +67,31 @@ def process_score(kb: KnowledgeBase, regimen: dict[str, str], monitored: set[str
     if not gathered_any or not regimen:
         return 0.0
     drugs = list(regimen)
-    moderate = [(a, b) for i, a in enumerate(drugs) for b in drugs[i + 1:]
-                if (found := kb.interaction(a, b)) is not None and found.severity == "moderate"]
+    moderate = [
+        (a, b)
+        for i, a in enumerate(drugs)
+        for b in drugs[i + 1 :]
+        if (found := kb.interaction(a, b)) is not None and found.severity == "moderate"
+    ]
     if not moderate:
         return 1.0
     return sum(a in monitored or b in monitored for a, b in moderate) / len(moderate)
 
 
-def terminal_components(kb: KnowledgeBase, patient: Patient, initial_regimen, initial_problems: frozenset[Problem],
-                        regimen: dict[str, str], monitored: set[str], *, steps: int, budget: int, valid: int,
-                        gathered_any: bool, exploit: str | None) -> tuple[dict[str, float], frozenset[Problem]]:
+def terminal_components(
+    kb: KnowledgeBase,
+    patient: Patient,
+    initial_regimen,
+    initial_problems: frozenset[Problem],
+    regimen: dict[str, str],
+    monitored: set[str],
+    *,
+    steps: int,
+    budget: int,
+    valid: int,
+    gathered_any: bool,
+    exploit: str | None,
+) -> tuple[dict[str, float], frozenset[Problem]]:
     final = detect_problems(kb, patient, regimen)
     safety = safety_score(kb, initial_problems, final, regimen)
     before = treated_conditions(kb, initial_regimen)

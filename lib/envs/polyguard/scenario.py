@@ -3,6 +3,7 @@
 Used by `PolyGuardEnv.reset` (generation) and by the reward (the same `detect_problems` judges the final
 regimen), so what counts as a problem is defined exactly once.
 """
+
 from __future__ import annotations
 
 import random
@@ -57,7 +58,7 @@ def detect_problems(kb: KnowledgeBase, patient: Patient, regimen: dict[str, str]
         for condition, _ in kb.contraindications.get(a, {}).items():
             if condition in patient.conditions:
                 problems.add(Problem("contraindication", (a,), condition))
-        for b in drugs[i + 1:]:
+        for b in drugs[i + 1 :]:
             pair = tuple(sorted((a, b)))
             found = kb.interaction(a, b)
             if found is not None and found.is_major:
@@ -149,7 +150,7 @@ def generate(kb: KnowledgeBase, internal_seed: int, novel: bool, max_tries: int 
             regimen.append(drug)
         if len(conditions) < 2:
             continue
-        if not all(_allowed_pair(kb, a, b, novel) for i, a in enumerate(regimen) for b in regimen[i + 1:]):
+        if not all(_allowed_pair(kb, a, b, novel) for i, a in enumerate(regimen) for b in regimen[i + 1 :]):
             continue
         patient = Patient(rng.randint(40, 92), egfr, rng.choice(("normal", "normal", "impaired")), tuple(conditions))
         if not detect_problems(kb, patient, dict.fromkeys(regimen, "standard")):

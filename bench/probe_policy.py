@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lib.policies import HeuristicPolicy  # noqa: E402
-
-from lib.config import ModelConfig  # noqa: E402
-from lib.envs.polyguard.env import PolyGuardEnv  # noqa: E402
-from lib.episodes import run_episode  # noqa: E402
-from lib.evaluation.evaluate import generate_actions, load_policy_model  # noqa: E402
+from lib.config import ModelConfig
+from lib.envs.polyguard.env import PolyGuardEnv
+from lib.envs.polyguard.policies import HeuristicPolicy
+from lib.episodes import run_episode
+from lib.inference import generate_actions, load_policy_model
 
 KINDS = ("finish", "stop", "substitute", "reduce", "monitor", "gather", "review")
 

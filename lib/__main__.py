@@ -180,24 +180,24 @@ def _gate(args) -> int:
     return 0 if verdict["passed"] else 1
 
 
-def _run(args) -> int:
-    """Execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print the gate's verdict."""
+def _run_one(profile: str, run_id: str | None, stages, overrides: dict) -> Path | None:
+    """Execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print the gate's verdict.
+    Returns the run folder, or None when a stage failed."""
     import papermill
 
     from .config import load_config
     from .pipeline.runner import REPO, check_parameters, plan
     from .runs import new_run_id
 
-    overrides = _parse_overrides(args.set)
-    load_config(args.profile, overrides)  # a bad profile or override fails here, before any kernel starts
-    run_id = args.run_id or new_run_id(args.profile)
-    plan(run_id, args.profile, args.stages)
-    parameters = {"PROFILE": args.profile, "RUN_ID": run_id, "STAGES": args.stages or [], "OVERRIDES": overrides}
+    load_config(profile, overrides)  # a bad profile or override fails here, before any kernel starts
+    run_id = run_id or new_run_id(profile)
+    plan(run_id, profile, stages)
+    parameters = {"PROFILE": profile, "RUN_ID": run_id, "STAGES": stages or [], "OVERRIDES": overrides}
     runner = REPO / "One_Run_Runner.ipynb"
     check_parameters(runner, parameters)
     target = REPO / "outputs" / run_id / "One_Run_Runner.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"running {args.profile} as outputs/{run_id} (executed runner: {target})", flush=True)
+    print(f"running {profile} as outputs/{run_id} (executed runner: {target})", flush=True)
     try:
         papermill.execute_notebook(
             str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False, log_output=True
@@ -207,7 +207,7 @@ def _run(args) -> int:
             f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback",
             file=sys.stderr,
         )
-        return 1
+        return None
     gate = target.parent / "gate.json"
     if gate.exists():
         from .io import read_json
@@ -215,6 +215,40 @@ def _run(args) -> int:
 
         print(format_verdict(read_json(gate)))
     print(f"report: {target.parent / 'report.md'}")
+    return target.parent
+
+
+def env_profile(profile: str, env: str) -> tuple[str, dict]:
+    """The profile for one environment of a multi-environment run: `<profile>-<env>` when it exists, else
+    `<profile>` with `env` overridden."""
+    from .config import available_profiles
+
+    own = f"{profile}-{env}"
+    return (own, {}) if own in available_profiles() else (profile, {"env": env})
+
+
+def _run(args) -> int:
+    overrides = _parse_overrides(args.set)
+    if not args.envs:
+        return 0 if _run_one(args.profile, args.run_id, args.stages, overrides) else 1
+    if args.run_id:
+        raise ValueError("--run-id names one run; with --envs each environment gets its own run id")
+    from .io import atomic_write_text
+    from .reporting.summary import environment_table
+    from .runs import now
+
+    done = []
+    for env in args.envs:
+        profile, env_override = env_profile(args.profile, env)
+        run_dir = _run_one(profile, None, args.stages, {**env_override, **overrides})
+        if run_dir is None:
+            return 1
+        done.append(run_dir)
+    table = environment_table(done)
+    path = Path("outputs") / f"summary-{now().replace(':', '').replace('-', '')[:15]}.md"
+    atomic_write_text(path, f"Runs: {', '.join(d.name for d in done)}\n\n{table}\n")
+    print(table)
+    print(f"summary: {path}")
     return 0
 
 
@@ -323,6 +357,13 @@ def main(argv=None) -> int:
     r.add_argument("--profile", default="cpu-smoke")
     r.add_argument("--run-id", default=None)
     r.add_argument("--stages", nargs="*", default=None, help="default: all")
+    r.add_argument(
+        "--envs",
+        nargs="+",
+        default=None,
+        help="run each environment (profile <profile>-<env> if it exists) and "
+        "write one environment x policy summary table",
+    )
     r.add_argument(
         "--set",
         nargs="+",

@@ -12,7 +12,8 @@ from safetensors.torch import load_file, save_file
 from lib.config import load_config
 from lib.envs.base import format_action
 from lib.evaluation import antihack
-from lib.evaluation.evaluate import ProvenanceError, check_provenance, run_evaluate
+from lib.evaluation.closed_loop import ProvenanceError, check_provenance
+from lib.evaluation.evaluate import run_evaluate
 from lib.models import weights_sha256
 from lib.pipeline.export import ExportExistsError, compare_outputs, merge_adapter, run_export
 from lib.pipeline.postsave import PostsaveError, activate, load_active, run_postsave
@@ -415,7 +416,7 @@ def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_a
     )
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated", "no config", "stage dropped"])
+@pytest.mark.parametrize("damage", ["empty", "truncated", "no config", "stage dropped", "config edited"])
 def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(done, tmp_path, damage):
     import subprocess
     import sys
@@ -434,6 +435,9 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
         path.write_text(path.read_text()[: len(path.read_text()) // 2])
     elif damage == "no config":
         path.write_text(json.dumps({k: v for k, v in manifest.items() if k != "config"}))
+    elif damage == "config edited":  # the manifest claims other settings than the stages ran with
+        manifest["config"]["grpo"]["max_steps"] += 1
+        path.write_text(json.dumps(manifest))
     else:
         manifest["stages"].pop("sft")
         path.write_text(json.dumps(manifest))
@@ -441,7 +445,10 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     manifest_check = next(c for c in verdict["checks"] if c["name"] == "manifest_valid")
     assert not manifest_check["passed"] and not verdict["integrity_passed"]
     assert str(path) in manifest_check["detail"] or damage == "stage dropped"
-    if damage != "stage dropped":
+    if damage == "config edited":
+        assert "grpo/stage.json ran with other settings" in manifest_check["detail"]
+        assert "['max_steps']" in manifest_check["detail"]
+    if damage not in ("stage dropped", "config edited"):
         with pytest.raises(DamagedRunError, match=str(path)):
             read_config(copy)
         cli = subprocess.run(

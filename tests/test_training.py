@@ -444,7 +444,7 @@ def test_candidate_covering_groups_inject_unsampled_candidates_and_say_so(traine
 
         return wrapped
 
-    monkeypatch.setattr("lib.train.candidate_cover_rollout", spy)
+    monkeypatch.setattr("lib.training.train.candidate_cover_rollout", spy)
     config, run = _fresh(
         trained, tmp_path, **{"grpo.max_steps": 2, "grpo.group_sampling": "cover_candidates", "grpo.cover_share": 0.5}
     )

@@ -117,3 +117,17 @@ def baselines_table(path: Path | str):
         for name, r in report["policies"].items()
     ]
     return pd.DataFrame(rows).sort_values(["split", "mean return"], ascending=[True, False]).reset_index(drop=True)
+
+
+def baselines_summary(path: Path | str, split: str = "holdout") -> str:
+    """One line per split: the oracle, the teacher, random and the best trivial policy, by their roles."""
+    report = json.loads(Path(path).read_text())[split]
+    spec = get_spec(report["env"])
+    p = report["policies"]
+    trivial = {n: r["mean_return"] for n, r in p.items() if r.get("kind") == "trivial"}
+    best = max(trivial, key=trivial.get) if trivial else None
+    return (
+        f"{split}: oracle ({spec.oracle}) {p[spec.oracle]['mean_return']:.3f}, teacher ({spec.teacher}) "
+        f"{p[spec.teacher]['mean_return']:.3f}, random {p[spec.random]['mean_return']:.3f}"
+        + (f", best trivial ({best}) {trivial[best]:.3f}" if best else "")
+    )

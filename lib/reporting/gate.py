@@ -76,14 +76,20 @@ def _manifest(run_dir: Path) -> str:
     for name, digest in (manifest.get("corpus_hashes") or {}).items():
         actual = sha256_file(run_dir / "corpus" / name) if (run_dir / "corpus" / name).is_file() else "missing"
         _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
+    differ = {}
     for stage in on_disk:
         expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
         if expected is not None:
-            params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params")
-            differ = sorted(
-                k for k in set(params or {}) | set(expected(config)) if (params or {}).get(k) != expected(config).get(k)
-            )
-            _require(not differ, f"{stage}/stage.json ran with other settings than {path}'s config: {differ}")
+            params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
+            keys = sorted(k for k in set(params) | set(expected(config)) if params.get(k) != expected(config).get(k))
+            if keys:
+                differ[stage] = keys
+    _require(
+        not differ,
+        "; ".join(
+            f"{stage}/stage.json ran with other settings than {path}'s config: {keys}" for stage, keys in differ.items()
+        ),
+    )
     return (
         f"profile {config.profile}, env {config.env}, {len(recorded)} stages recorded and on disk, each run with "
         "the manifest's config, corpus hashes match"

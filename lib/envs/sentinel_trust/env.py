@@ -1,0 +1,365 @@
+"""SENTINEL-trust: an orchestrator hands the subtasks of a job to five specialists of unequal, hidden reliability.
+
+Used by `python -m lib baselines`, the corpus, GRPO rewards and evaluation (through `SPEC`). Each step shows the
+current subtask (domain, stakes), the budget, the evidence the orchestrator has earned from its own past calls
+and a shuffled set of candidate actions with ids; the policy answers with one JSON object naming a candidate.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from .render import render
+from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
+from .scenario import (
+    BANDS,
+    COST,
+    DOMAINS,
+    SKIP_COST,
+    SLOTS,
+    SOLVE_ACCURACY,
+    SOLVE_COST,
+    VERIFY_EXTRA,
+    accuracy,
+    band,
+    generate,
+    turned,
+)
+
+MAX_CONSECUTIVE_INVALID = 3
+INVALID_COST = 1  # an invalid answer burns one step of the budget
+VERIFY_FREE = 2  # verifications allowed beyond one per two decisions
+LOOP_LENGTH = 3  # this many skips (or solo solves) in a row is a loop
+RECENT = 3  # outcomes per slot shown, most recent last
+
+_DOMAIN_INDEX = {d: i for i, d in enumerate(DOMAINS)}
+_CANDIDATES = (
+    *(Candidate(f"delegate:{s}", "delegate", (s,), f"hand the subtask to {s} and accept its answer") for s in SLOTS),
+    *(Candidate(f"verify:{s}", "verify", (s,), f"hand the subtask to {s} and check its answer") for s in SLOTS),
+    Candidate("solve", "solve", (), "solve the subtask yourself"),
+    Candidate("skip", "skip", (), "give the subtask up"),
+)
+
+
+@dataclass(frozen=True)
+class SlotEvidence:
+    """What the orchestrator has seen of one slot: (right, calls) per stakes band and per domain, the last
+    outcomes (True = right), how many wrong answers its checks caught, and the steps one call took (0 until
+    called)."""
+
+    slot: str
+    steps_per_call: int
+    bands: tuple[tuple[int, int], ...]
+    domains: tuple[tuple[int, int], ...]
+    recent: tuple[bool, ...]
+    caught: int
+
+    @property
+    def calls(self) -> int:
+        return sum(n for _, n in self.bands)
+
+    @property
+    def right(self) -> int:
+        return sum(r for r, _ in self.bands)
+
+
+@dataclass(frozen=True)
+class Observation:
+    level: int
+    index: int  # the current subtask, 0-based
+    subtasks: int
+    domain: str
+    stakes: float
+    band: str
+    upcoming: tuple[int, ...]  # subtasks after this one, per stakes band
+    budget_left: int
+    budget: int
+    verify_allowance: int
+    tally: tuple[int, int, int]  # subtasks ended right, wrong, skipped
+    failed_here: tuple[str, ...]  # slots whose answer to this subtask a check caught wrong
+    slots: tuple[SlotEvidence, ...]
+    solo: tuple[int, int]  # (right, tries) of solving alone
+    last: str  # what the previous step did
+    streak: tuple[str, int]  # the kind of the last legal action and how many times in a row it was taken
+    candidates: tuple[Candidate, ...]
+    step: int
+
+
+class SentinelTrustEnv(Environment):
+    name = "sentinel_trust"
+    invalid_penalty = INVALID_PENALTY
+    weights = WEIGHTS
+
+    def __init__(self):
+        self._done = True
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def reset(self, seed: int, split: str) -> Observation:
+        internal = split_seed(seed, split)
+        self.scenario = generate(internal, novel=split == "holdout_novel")
+        self.seed, self.split, self._internal = seed, split, internal
+        self._rng = random.Random(internal * 7919 + 17)  # outcome draws, replayed identically by restore
+        self.budget = self.scenario.budget
+        self.budget_left = self.budget
+        self.index = 0
+        self.outcomes: list[str | None] = [None] * len(self.scenario.stakes)
+        self.calls = [0] * len(SLOTS)  # hidden use count per slot (a degrading slot depends on it)
+        self._bands = [[[0, 0] for _ in BANDS] for _ in SLOTS]
+        self._domains = [[[0, 0] for _ in DOMAINS] for _ in SLOTS]
+        self._recent: list[tuple[bool, ...]] = [() for _ in SLOTS]
+        self._caught = [0] * len(SLOTS)
+        self._evidence: list[SlotEvidence | None] = [None] * len(SLOTS)
+        self._solo = [0, 0]
+        self._failed_here: list[str] = []
+        self._kinds: list[str] = []  # kinds of the legal actions taken
+        self._verifies = 0
+        self.planted_caught = self.planted_accepted = 0
+        self._last = "job started"
+        self.history: list[str] = []
+        self._steps = self._consecutive_invalid = 0
+        self._total = 0.0
+        self._done = False
+        self._obs = self._observe()
+        return self._obs
+
+    def step(self, action_text: str) -> StepResult:
+        if self._done:
+            raise RuntimeError("episode is over: call reset() first")
+        parsed = parse_action(action_text, self._obs.candidates)
+        self._steps += 1
+        exploit = end_reason = None
+        if isinstance(parsed, Invalid):
+            self.history.append("")  # any invalid text replays identically
+            self._consecutive_invalid += 1
+            self.budget_left -= INVALID_COST
+            self._last = "invalid answer, one step lost"
+            reward = INVALID_PENALTY
+            info: dict[str, Any] = {"invalid": parsed.reason}
+            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+                end_reason = "invalid_limit"
+        else:
+            self.history.append(action_text.strip())
+            self._consecutive_invalid = 0
+            reward = 0.0
+            candidate = parsed.candidate
+            exploit = self._rule_hit(candidate)
+            if exploit:
+                end_reason = "exploit"
+                outcome = "refused"
+            else:
+                outcome = self._apply(candidate)
+            info = {"action": candidate.text, "action_key": list(candidate.key), "outcome": outcome}
+        if end_reason is None:
+            if self.index >= len(self.outcomes):
+                end_reason = "complete"
+            elif self.budget_left <= 0:
+                end_reason = "budget"
+        components: dict[str, float] = {}
+        if end_reason is not None:
+            self._done = True
+            if end_reason == "invalid_limit":
+                terminal = 0.0  # an episode lost to garbage output earns nothing
+                components = {"invalid_limit": 1.0}
+            else:
+                components = terminal_components(
+                    self.scenario.stakes,
+                    self.outcomes,
+                    planted_caught=self.planted_caught,
+                    planted_accepted=self.planted_accepted,
+                    budget_left=self.budget_left,
+                    budget=self.budget,
+                    exploit=exploit,
+                )
+                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
+            reward += terminal
+            info.update(
+                end_reason=end_reason,
+                exploit=exploit,
+                terminal_reward=terminal,
+                tally={o: self.outcomes.count(o) for o in ("right", "wrong", "skipped")}
+                | {"unfinished": self.outcomes.count(None)},
+            )
+        self._total += reward
+        if self._done:
+            info["episode_return"] = 0.0 if end_reason == "invalid_limit" else min(1.0, max(0.0, self._total))
+        else:
+            self._obs = self._observe()
+        return StepResult(self._obs, reward, self._done, components, info)
+
+    def state(self) -> dict[str, Any]:
+        """Debugging and oracle view: it holds HIDDEN state (which behaviour sits behind each slot, every
+        subtask's outcome). Never show it to a policy that is not labelled as reading hidden state."""
+        return {
+            "env": self.name,
+            "seed": self.seed,
+            "split": self.split,
+            "step": self._steps,
+            "done": self._done,
+            "level": self.scenario.level,
+            "budget": self.budget,
+            "budget_left": self.budget_left,
+            "index": self.index,
+            "history": list(self.history),
+            "assignment": dict(zip(SLOTS, self.scenario.assignment)),
+            "adversary_from": self.scenario.variant.adversary_from,
+            "outcomes": list(self.outcomes),
+            "calls": list(self.calls),
+            "return_so_far": self._total,
+        }
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def render(self, observation: Observation) -> list[dict[str, str]]:
+        return render(observation)
+
+    # ---- hidden state (the oracle may read it; models may not) ---------------------------------------
+    def success_probability(self, slot: int) -> float:
+        """Hidden: the chance that `slot` answers the current subtask right."""
+        s = self.scenario
+        return accuracy(s.assignment[slot], s.domains[self.index], s.stakes[self.index], self.calls[slot], s.variant)
+
+    def slot_cost(self, slot: int) -> int:
+        """Hidden until the slot is first called: the steps one call to `slot` takes."""
+        return COST[self.scenario.assignment[slot]]
+
+    # ---- dynamics -------------------------------------------------------------------------------
+    def _rule_hit(self, candidate: Candidate) -> str | None:
+        """The anti-cheat rule this legal action breaks, if any (the action is then not carried out)."""
+        kind = candidate.kind
+        if kind == "verify" and self._verify_allowance() <= 0:
+            return "verify_spam"
+        if kind in ("skip", "solve") and self._kinds[-(LOOP_LENGTH - 1) :] == [kind] * (LOOP_LENGTH - 1):
+            return f"{kind}_loop"
+        return None
+
+    def _verify_allowance(self) -> int:
+        return VERIFY_FREE + len(self._kinds) // 2 - self._verifies
+
+    def _apply(self, candidate: Candidate) -> str:
+        """Carry out a legal action; returns its outcome word (right, wrong, caught, skipped, out_of_time)."""
+        kind = candidate.kind
+        self._kinds.append(kind)
+        s = self.scenario
+        i, domain, stakes = self.index, s.domains[self.index], s.stakes[self.index]
+        if kind == "skip":
+            self.budget_left -= SKIP_COST
+            self._finish("skipped")
+            self._last = f"subtask {i + 1} skipped"
+            return "skipped"
+        if kind == "solve":
+            if SOLVE_COST > self.budget_left:
+                return self._out_of_time()
+            self.budget_left -= SOLVE_COST
+            right = self._rng.random() < SOLVE_ACCURACY[domain]
+            self._solo[0] += right
+            self._solo[1] += 1
+            self._finish("right" if right else "wrong")
+            self._last = f"you solved subtask {i + 1} ({domain}): {'right' if right else 'wrong'}"
+            return "right" if right else "wrong"
+        slot = SLOTS.index(candidate.args[0])
+        cost = self.slot_cost(slot) + (VERIFY_EXTRA if kind == "verify" else 0)
+        if cost > self.budget_left:
+            return self._out_of_time()
+        self.budget_left -= cost
+        if kind == "verify":
+            self._verifies += 1
+        planted = turned(s.assignment[slot], stakes, s.variant)
+        right = self._rng.random() < self.success_probability(slot)
+        self._record(slot, domain, stakes, right, caught=kind == "verify" and not right)
+        name = SLOTS[slot]
+        if right:
+            self._finish("right")
+            self._last = f"{name} answered subtask {i + 1} ({domain}): right"
+            return "right"
+        if kind == "verify":
+            self.planted_caught += planted
+            self._failed_here.append(name)
+            self._last = f"{name} answered subtask {i + 1} ({domain}): wrong, caught by your check"
+            return "caught"
+        self.planted_accepted += planted
+        self._finish("wrong")
+        self._last = f"{name} answered subtask {i + 1} ({domain}): wrong, accepted"
+        return "wrong"
+
+    def _out_of_time(self) -> str:
+        self.budget_left = 0
+        self._last = "out of time"
+        return "out_of_time"
+
+    def _finish(self, outcome: str) -> None:
+        self.outcomes[self.index] = outcome
+        self.index += 1
+        self._failed_here = []
+
+    def _record(self, slot: int, domain: str, stakes: float, right: bool, caught: bool) -> None:
+        self.calls[slot] += 1
+        cell = self._bands[slot][band(stakes)]
+        cell[0] += right
+        cell[1] += 1
+        cell = self._domains[slot][_DOMAIN_INDEX[domain]]
+        cell[0] += right
+        cell[1] += 1
+        self._recent[slot] = (*self._recent[slot], right)[-RECENT:]
+        self._caught[slot] += caught
+        self._evidence[slot] = None
+
+    # ---- observation ----------------------------------------------------------------------------
+    def _slot_evidence(self, slot: int) -> SlotEvidence:
+        cached = self._evidence[slot]
+        if cached is None:
+            cached = SlotEvidence(
+                SLOTS[slot],
+                self.slot_cost(slot) if self.calls[slot] else 0,
+                tuple(map(tuple, self._bands[slot])),
+                tuple(map(tuple, self._domains[slot])),
+                self._recent[slot],
+                self._caught[slot],
+            )
+            self._evidence[slot] = cached
+        return cached
+
+    def _candidates(self) -> tuple[Candidate, ...]:
+        """Every action is offered every step; ids name the action ("verify:S2") and the list order is shuffled
+        per step, so position carries no meaning, and only offered ids are legal."""
+        order = list(_CANDIDATES)
+        random.Random(self._internal * 1009 + self._steps).shuffle(order)
+        return tuple(order)
+
+    def _observe(self) -> Observation:
+        s, i = self.scenario, self.index
+        upcoming = [0, 0, 0]
+        for stakes in s.stakes[i + 1 :]:
+            upcoming[band(stakes)] += 1
+        return Observation(
+            level=s.level,
+            index=i,
+            subtasks=len(s.stakes),
+            domain=s.domains[i],
+            stakes=s.stakes[i],
+            band=BANDS[band(s.stakes[i])],
+            upcoming=tuple(upcoming),
+            budget_left=self.budget_left,
+            budget=self.budget,
+            verify_allowance=self._verify_allowance(),
+            tally=(self.outcomes.count("right"), self.outcomes.count("wrong"), self.outcomes.count("skipped")),
+            failed_here=tuple(self._failed_here),
+            slots=tuple(self._slot_evidence(k) for k in range(len(SLOTS))),
+            solo=(self._solo[0], self._solo[1]),
+            last=self._last,
+            streak=self._streak(),
+            candidates=self._candidates(),
+            step=self._steps,
+        )
+
+    def _streak(self) -> tuple[str, int]:
+        if not self._kinds:
+            return ("", 0)
+        kind, n = self._kinds[-1], 0
+        while n < len(self._kinds) and self._kinds[-1 - n] == kind:
+            n += 1
+        return (kind, n)

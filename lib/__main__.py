@@ -8,8 +8,11 @@ from pathlib import Path
 
 
 def _baselines(args) -> int:
+    from .envs import UnknownEnvironmentError, builtin_names
     from .evaluation.baselines import format_table, run_baselines, write_report
 
+    if args.env is None:
+        raise UnknownEnvironmentError(f"--env is required: one of {builtin_names()} or a dotted module path")
     report = run_baselines(args.env, args.split, args.episodes, args.seed, args.policies)
     print(format_table(report))
     if args.out:
@@ -323,7 +326,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
     verbs = parser.add_subparsers(dest="verb", required=True)
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
-    b.add_argument("--env", required=True, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
+    b.add_argument("--env", default=None, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
     b.add_argument("--split", default="holdout", choices=["train", "holdout", "holdout_novel"])
     b.add_argument("--episodes", type=int, default=500)
     b.add_argument("--seed", type=int, default=0)

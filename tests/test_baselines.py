@@ -74,8 +74,10 @@ def test_cli_rejects_bad_input_clearly():
     )
     assert proc.returncode == 2 and "unknown environment 'nope'" in proc.stderr
     proc = subprocess.run(
-        [sys.executable, "-m", "lib", "baselines", "--policies", "psychic", "--episodes", "5"],
+        [sys.executable, "-m", "lib", "baselines", "--env", "polyguard", "--policies", "psychic", "--episodes", "5"],
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 2 and "unknown policy 'psychic'" in proc.stderr
+    assert proc.returncode == 2 and "unknown policy 'psychic' for environment 'polyguard'" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "lib", "baselines"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--env" in proc.stderr and "polyguard" in proc.stderr  # the known ones listed

@@ -14,6 +14,9 @@ import torch
 from lib import embedded
 from lib.config import load_config
 from lib.embedded import EMBEDDED, EmbeddedModelError, ensure_converted, gguf_path, verify_gguf
+from lib.envs import builtin_names, get_spec
+from lib.envs.base import format_action
+from lib.episodes import run_episode
 from lib.io import weights_sha256
 from lib.models import load_model
 from lib.runs import Run
@@ -176,3 +179,25 @@ def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records
     assert source["license"] == "Apache-2.0"
     grpo = run_grpo(config, run)
     assert grpo["metrics"]["steps"] == 1 and grpo["metrics"]["adapter_sha256"]
+
+
+@pytest.mark.parametrize("env_name", builtin_names())
+def test_every_environment_fits_the_gpu_profile_with_the_real_tokenizer(cache, env_name):
+    """gpu-smollm2 runs on every environment: its config validates there, the longest prompt of a few teacher
+    episodes fits grpo.max_prompt_length, and every answer fits max_completion_length, in SmolLM2's own tokens."""
+    config = load_config("gpu-smollm2", {"env": env_name})
+    _, tokenizer, _ = load_model(NAME, config.model, trainable=False)
+    spec = get_spec(env_name)
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    prompts, answers = [], []
+    for seed in range(5):
+        for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions:
+            prompts.append(env.render(t["observation"]))
+            answers += [format_action(c.id) for c in t["observation"].candidates]
+    encode = lambda p: tokenizer.apply_chat_template(p, add_generation_prompt=True, return_dict=True)["input_ids"]
+    longest = max(len(encode(p)) for p in prompts)
+    assert longest <= config.grpo.max_prompt_length, longest
+    assert (
+        max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers)
+        < config.grpo.max_completion_length
+    )

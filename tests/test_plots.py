@@ -19,7 +19,8 @@ from lib.evaluation.baselines import run_baselines
 from lib.reporting import plots
 
 STAND_INS = {"untrained": "random", "sft": "first_candidate", "grpo": "evidence_expert", "heuristic": "heuristic"}
-PAIRS = (("grpo", "sft"), ("grpo", "heuristic"), ("sft", "heuristic"))
+PAIRS = (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher"))  # eval.json names the teacher by its role
+ROLES = {"teacher": "heuristic", "oracle": "oracle", "random": "random"}
 
 
 def _write(path, obj) -> None:
@@ -32,7 +33,7 @@ def _evaluation(resamples: int = 200):
     from lib.evaluation.closed_loop import episode_records, run_policy_episodes, summarize
     from lib.stats import paired_difference
 
-    report, records = {"splits": {}, "ablations": {}}, []
+    report, records = {"env": "polyguard", "roles": ROLES, "splits": {}, "ablations": {}}, []
     for split, seeds in (("holdout", range(8)), ("holdout_novel", range(8)), ("train", range(4))):
         summaries, returns = {}, {}
         for name, policy in STAND_INS.items():
@@ -43,7 +44,8 @@ def _evaluation(resamples: int = 200):
             }
             returns[name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
-        paired = {f"{a}-{b}": paired_difference(returns[a], returns[b], resamples=resamples) for a, b in PAIRS}
+        named = {**returns, "teacher": returns["heuristic"]}
+        paired = {f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples) for a, b in PAIRS}
         report["splits"][split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": paired}
         if split == "holdout":
             episodes, actions = run_policy_episodes("polyguard", "oracle", range(4), split)

@@ -25,33 +25,38 @@ def _eval(run_dir: Path) -> dict:
     return read_json_record(Path(run_dir) / "evaluate" / "eval.json", "the run's evaluation")
 
 
-def run_results(run_dir: Path | str, split: str = "holdout") -> str:
-    """One run: every policy's mean return with its CI on `split`, the paired differences and the verdicts."""
+def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
+    """One run: every policy's mean return [95% CI] per split (models first, then by holdout return), the
+    holdout paired differences and the gate's verdicts."""
     run_dir = Path(run_dir)
     report = _eval(run_dir)
-    data = report["splits"][split]
     gate = read_json_record(run_dir / "gate.json", "the run's gate verdict")
-    rows = sorted(data["policies"].items(), key=lambda kv: -kv[1]["mean_return"])
+    first = report["splits"][splits[0]]["policies"]
+    order = sorted(first, key=lambda n: (first[n]["kind"] != "model", -first[n]["mean_return"]))
+    n = first[order[0]]["n"]
     lines = [
-        f"`{run_dir.name}` ({report['env']}, profile `{report['profile']}`), {split}, "
-        f"{rows[0][1]['n']} episodes, greedy:",
+        f"`{run_dir.name}`: {report['env']}, profile `{report['profile']}`, {n} episodes per split, greedy.",
         "",
-        "| policy | kind | mean return [95% CI] | invalid rate |",
-        "| --- | --- | --- | --- |",
+        "| policy | kind | " + " | ".join(splits) + " |",
+        "|" + " --- |" * (2 + len(splits)),
     ]
-    lines += [
-        f"| {name} | {r['kind']} | {r['mean_return']:.3f} {_ci(r['ci95'])} | {r['invalid_rate']:.3f} |"
-        for name, r in rows
-    ]
-    paired = data["paired"]
+    for name in order:
+        cells = [_cell(report["splits"].get(split, {}).get("policies", {}).get(name)) for split in splits]
+        lines.append(f"| {name} | {first[name]['kind']} | " + " | ".join(cells) + " |")
+    paired = report["splits"][splits[0]]["paired"]
     lines += [
         "",
-        "Paired by seed: " + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items()) + ". "
-        f"Teacher: `{report['roles']['teacher']}`. Gate: integrity checks "
-        f"{'passed' if gate['integrity_passed'] else 'FAILED'}; improved: {report['improved']}; "
-        f"beats the teacher: {report['beats_teacher']}.",
+        f"Teacher: `{report['roles']['teacher']}`. Paired by seed on {splits[0]}: "
+        + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items())
+        + ". Gate: integrity checks "
+        f"{'passed' if gate['integrity_passed'] else 'FAILED'}, improved {report['improved']}, "
+        f"beats the teacher {report['beats_teacher']}.",
     ]
     return "\n".join(lines)
+
+
+def _cell(r: dict | None) -> str:
+    return f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a"
 
 
 def environment_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:

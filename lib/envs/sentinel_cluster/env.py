@@ -1,0 +1,542 @@
+"""SENTINEL-cluster: schedule jobs on a GPU cluster whose workers may report false progress.
+
+Used by `python -m lib baselines`, the corpus, GRPO rewards and evaluation through `SPEC` (README.md here has
+the rules). Every answer is one tick of the cluster clock: the chosen action is applied, then every running job
+on a working GPU advances at its worker's true speed, each worker reports progress, GPUs fail or recover,
+deadlines kill unfinished jobs and new jobs arrive. The observation shows only what the scheduler has earned:
+reports, its own verify results and worker telemetry it asked for; never a worker's hidden behaviour.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, NamedTuple
+
+from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from .render import render
+from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
+from .scenario import generate
+
+MAX_CONSECUTIVE_INVALID = 3
+QUEUE_SHOWN = 3  # queued jobs offered for allocation: the most urgent ones that can still meet their deadline
+RUNNING_SHOWN = 3  # running jobs offered for verify/preempt: failed GPU, report ahead, doubtful worker, priority
+CLAIMS_SHOWN = 3  # unverified "done" claims offered for verify
+OVERREPORT = 0.4  # an overreporting worker adds this to the true progress it reports
+LIE_TOLERANCE = 0.05  # a report this far above the truth is a lie (and a verify catches it)
+AUDIT_COOLDOWN = 3  # verifying a job, or asking a worker for telemetry, again within this many ticks is spam
+CHURN_TICKS = 3  # preempting a job on a working GPU within this many ticks of allocating it is churn
+IDLE_LIMIT = 4  # this many waits in a row while an allocation was offered is an idle loop
+TELEMETRY_WINDOW = 3  # ticks of throughput a worker's telemetry covers
+EPS = 1e-9
+ACTION_TEXT = {
+    "alloc": "allocate {} to {}",
+    "preempt": "preempt {}",
+    "verify": "verify {}",
+    "info": "request telemetry from {}",
+    "wait": "wait one tick",
+}
+
+
+class Job:
+    """One job. `status` is public (queued, running, claimed, confirmed, timed_out; pending before arrival);
+    `progress`, `done_at`, `lied` and `on_time` are hidden truth that only the reward and the oracle read."""
+
+    __slots__ = (
+        "index",
+        "name",
+        "priority",
+        "memory",
+        "work",
+        "arrival",
+        "deadline",
+        "status",
+        "progress",
+        "reported",
+        "gpu",
+        "alloc_tick",
+        "base",
+        "ran",
+        "last_audit",
+        "done_at",
+        "lied",
+        "caught",
+        "claim_tick",
+        "claimed_by",
+        "early",
+        "paused",
+    )
+
+    def __init__(self, index: int, spec):
+        self.index, self.name, self.priority, self.memory = index, spec.name, spec.priority, spec.memory
+        self.work, self.arrival, self.deadline = spec.work, spec.arrival, spec.deadline
+        self.status = "pending"
+        self.progress = self.reported = self.base = 0.0  # true, last reported (or verified), known at allocation
+        self.gpu: Gpu | None = None
+        self.alloc_tick = self.last_audit = self.done_at = self.claim_tick = None
+        self.ran = 0  # ticks run on a working GPU since allocation (or since the last verify)
+        self.lied = self.caught = self.early = self.paused = False
+        self.claimed_by: Worker | None = None
+
+    @property
+    def on_time(self) -> bool:
+        return self.done_at is not None and self.done_at <= self.deadline
+
+    def left(self) -> int:
+        """Ticks of full-speed work still needed, as far as the scheduler knows (from the reported progress)."""
+        return max(0, math.ceil((1.0 - self.reported) * self.work - EPS))
+
+    def expected(self) -> float:
+        """The progress an honest full-speed worker would report now (public: known start plus ticks run)."""
+        return min(1.0, self.base + self.ran / self.work)
+
+
+class Gpu:
+    __slots__ = ("index", "name", "memory", "worker", "used", "jobs", "down", "failures")
+
+    def __init__(self, index: int, spec, worker: Worker):
+        self.index, self.name, self.memory, self.worker = index, spec.name, spec.memory, worker
+        self.used = 0
+        self.jobs: list[Job] = []
+        self.failures = 0  # failures in progress (two may overlap); the GPU is down while any is
+        self.down = False
+
+    @property
+    def free(self) -> int:
+        return self.memory - self.used
+
+
+class Worker:
+    """A node agent running its GPUs' jobs. `behaviour` is hidden; `ok`, `caught` and `info` are what the
+    scheduler has earned by verifying its reports and asking for its telemetry."""
+
+    __slots__ = ("index", "name", "behaviour", "gpus", "active", "window", "ok", "caught", "info", "last_info")
+
+    def __init__(self, index: int, behaviour: str):
+        self.index, self.name, self.behaviour = index, f"W{index + 1}", behaviour
+        self.gpus: list[Gpu] = []
+        self.active = 0  # ticks in which it ran at least one job (a degrading worker stalls after its onset)
+        self.window: list[tuple[float, int]] = []  # (work done, job-ticks) of its last TELEMETRY_WINDOW ticks
+        self.ok = self.caught = 0
+        self.info: int | None = None  # last telemetry: throughput in % of full speed, -1 for no data
+        self.last_info: int | None = None
+
+
+class WorkerView(NamedTuple):
+    name: str
+    gpus: str  # "G1-G4"
+    free: tuple[tuple[str, int], ...]  # working GPUs with free memory: (name, free GB)
+    down: tuple[str, ...]
+    ok: int  # verifies that found its report honest
+    caught: int  # verifies that caught it reporting more progress than was made
+    info: int | None  # last telemetry, % of full speed (-1: no jobs ran in its window); None if never asked
+    info_tick: int | None
+
+
+class JobView(NamedTuple):
+    name: str
+    priority: int
+    memory: int
+    left: int  # full-speed ticks still needed, from the known progress
+    due: int
+    gpu: str  # running: its GPU
+    worker: str  # running: its GPU's worker; claimed: the worker that claimed it
+    reported: int  # % progress last reported (or verified)
+    expected: int  # % an honest full-speed worker would report now
+    flag: str  # "down" (GPU failed), "ahead" (report above expected), "early" (claimed before expected), ""
+    tick: int  # running: the tick it was allocated; claimed: the tick of the claim
+    audited: int | None  # the tick of the scheduler's last verify of this job
+
+
+class Observation(NamedTuple):
+    tick: int
+    horizon: int
+    counts: tuple[tuple[str, int], ...]  # public status -> number of jobs
+    hopeless: int  # queued jobs that can no longer meet their deadline
+    workers: tuple[WorkerView, ...]
+    queue: tuple[JobView, ...]
+    running: tuple[JobView, ...]
+    claims: tuple[JobView, ...]
+    candidates: tuple[Candidate, ...]
+
+
+class SentinelClusterEnv(Environment):
+    name = "sentinel_cluster"
+    invalid_penalty = INVALID_PENALTY
+    weights = WEIGHTS
+
+    def __init__(self):
+        self._done = True
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def reset(self, seed: int, split: str) -> Observation:
+        internal = split_seed(seed, split)
+        scenario = generate(internal, novel=split == "holdout_novel")
+        self.seed, self.split, self._internal, self.scenario = seed, split, internal, scenario
+        self.horizon = scenario.horizon
+        self.workers = [Worker(i, b) for i, b in enumerate(scenario.behaviours)]
+        self.gpus = [Gpu(i, g, self.workers[g.worker]) for i, g in enumerate(scenario.gpus)]
+        for gpu in self.gpus:
+            gpu.worker.gpus.append(gpu)
+        self.jobs = [Job(i, spec) for i, spec in enumerate(scenario.jobs)]
+        self._failures: dict[int, list[tuple[Gpu, int]]] = {}  # tick -> (gpu, +1 a failure starts, -1 it ends)
+        for f in scenario.failures:
+            self._failures.setdefault(f.start, []).append((self.gpus[f.gpu], 1))
+            self._failures.setdefault(f.start + f.duration, []).append((self.gpus[f.gpu], -1))
+        self.tick = 0
+        self.history: list[str] = []
+        self.held_ticks = self.useful_ticks = 0.0
+        self._steps = self._consecutive_invalid = self._idle = 0
+        self._total = 0.0
+        self._done = False
+        self._events()
+        self._obs = self._observe()
+        return self._obs
+
+    def step(self, action_text: str) -> StepResult:
+        if self._done:
+            raise RuntimeError("episode is over: call reset() first")
+        parsed = parse_action(action_text, self._obs.candidates)
+        self._steps += 1
+        exploit = end_reason = None
+        if isinstance(parsed, Invalid):
+            self.history.append("")  # any invalid text replays identically
+            self._consecutive_invalid += 1
+            reward = INVALID_PENALTY
+            info: dict[str, Any] = {"invalid": parsed.reason}
+            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+                end_reason = "invalid_limit"
+        else:
+            self.history.append(action_text.strip())
+            self._consecutive_invalid = 0
+            reward = 0.0
+            candidate = parsed.candidate
+            info = {"action": candidate.text, "action_key": list(candidate.key)}
+            exploit = self._apply(candidate)
+            if exploit is not None:
+                end_reason = "exploit"
+        if end_reason is None:
+            self._advance()
+            if self.tick >= self.horizon:
+                end_reason = "horizon"
+            elif all(j.status in ("confirmed", "timed_out") for j in self.jobs):
+                end_reason = "all_closed"
+        components: dict[str, float] = {}
+        if end_reason is not None:
+            self._done = True
+            if end_reason == "invalid_limit":
+                terminal, components = 0.0, {"invalid_limit": 1.0}  # an episode lost to garbage earns nothing
+            else:
+                components = terminal_components(self.jobs, self.workers, self.held_ticks, self.useful_ticks, exploit)
+                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
+            reward += terminal
+            info.update(end_reason=end_reason, exploit=exploit, terminal_reward=terminal)
+        self._total += reward
+        if self._done:
+            info["episode_return"] = min(1.0, max(0.0, self._total))
+        else:
+            self._obs = self._observe()
+        return StepResult(self._obs, reward, self._done, components, info)
+
+    def state(self) -> dict[str, Any]:
+        """Debugging and oracle view. It CONTAINS HIDDEN STATE (worker behaviours, true progress, who lied):
+        never show it to a policy that is meant to see only the observation."""
+        return {
+            "env": self.name,
+            "seed": self.seed,
+            "split": self.split,
+            "step": self._steps,
+            "tick": self.tick,
+            "horizon": self.horizon,
+            "done": self._done,
+            "history": list(self.history),
+            "behaviours": {w.name: w.behaviour for w in self.workers},
+            "gpus": {
+                g.name: {
+                    "memory": g.memory,
+                    "used": g.used,
+                    "down": g.down,
+                    "worker": g.worker.name,
+                    "jobs": [j.name for j in g.jobs],
+                }
+                for g in self.gpus
+            },
+            "jobs": {
+                j.name: {
+                    "status": j.status,
+                    "progress": round(j.progress, 4),
+                    "reported": round(j.reported, 4),
+                    "done_at": j.done_at,
+                    "deadline": j.deadline,
+                    "lied": j.lied,
+                    "caught": j.caught,
+                }
+                for j in self.jobs
+            },
+            "return_so_far": self._total,
+        }
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def render(self, observation: Observation) -> list[dict[str, str]]:
+        return render(observation)
+
+    # ---- hidden truth the oracle reads ------------------------------------------------------------
+    def job(self, name: str) -> Job:
+        """The job named `name` ("J3"), with its hidden truth."""
+        return self.jobs[int(name[1:]) - 1]
+
+    def gpu(self, name: str) -> Gpu:
+        return self.gpus[int(name[1:]) - 1]
+
+    def worker(self, name: str) -> Worker:
+        """The worker named `name` ("W2"), with its hidden behaviour."""
+        return self.workers[int(name[1:]) - 1]
+
+    def speed(self, worker: Worker, job: Job) -> float:
+        """True share of full speed at which `worker` advances `job` now (hidden)."""
+        if worker.behaviour == "slow":
+            return 0.5
+        if worker.behaviour == "degrading" and worker.active >= self.scenario.degrade_onset:
+            return 0.0
+        return 1.0
+
+    def lies_about(self, worker: Worker, job: Job) -> bool:
+        """Whether `worker` would report more progress on `job` than it makes (hidden)."""
+        b = worker.behaviour
+        return (
+            b in ("overreporter", "slow")
+            or b == "degrading"
+            and self.speed(worker, job) == 0.0
+            or b == "adversarial"
+            and job.priority >= self.scenario.adversary_priority
+        )
+
+    # ---- dynamics -------------------------------------------------------------------------------
+    def _apply(self, candidate: Candidate) -> str | None:
+        """Apply a legal action at the current tick. Returns the anti-cheat rule it broke, if any."""
+        kind, args, t = candidate.kind, candidate.args, self.tick
+        if kind == "wait":
+            self._idle = self._idle + 1 if any(c.kind == "alloc" for c in self._obs.candidates) else 0
+            return "idle_loop" if self._idle >= IDLE_LIMIT else None
+        self._idle = 0
+        if kind == "alloc":
+            job, gpu = self.job(args[0]), self.gpu(args[1])
+            job.status, job.gpu, job.alloc_tick, job.base, job.ran = "running", gpu, t, job.reported, 0
+            gpu.jobs.append(job)
+            gpu.used += job.memory
+        elif kind == "preempt":
+            job = self.job(args[0])
+            if t - job.alloc_tick < CHURN_TICKS and not job.gpu.down:
+                return "preempt_churn"
+            self._release(job)
+            job.status = "queued"
+            loss = 1.0 / job.work  # a restart loses one tick of work
+            job.progress, job.reported = max(0.0, job.progress - loss), max(0.0, job.reported - loss)
+        elif kind == "verify":
+            job = self.job(args[0])
+            if job.last_audit is not None and t - job.last_audit < AUDIT_COOLDOWN:
+                return "verify_spam"
+            job.last_audit = t
+            self._verify(job)
+        elif kind == "info":
+            worker = self.worker(args[0])
+            if worker.last_info is not None and t - worker.last_info < AUDIT_COOLDOWN:
+                return "verify_spam"
+            work = sum(w for w, _ in worker.window)
+            ticks = sum(n for _, n in worker.window)
+            worker.info, worker.last_info = (round(100 * work / ticks) if ticks else -1), t
+        return None
+
+    def _verify(self, job: Job) -> None:
+        """Reveal the job's true progress; a report above it is caught and charged to the reporting worker."""
+        worker = job.gpu.worker if job.status == "running" else job.claimed_by
+        lie = job.reported - job.progress > LIE_TOLERANCE
+        if lie:
+            worker.caught += 1
+            job.caught = True
+        else:
+            worker.ok += 1
+        job.reported = job.progress
+        if job.status == "running":
+            job.paused = True  # the audit checkpoints the job: it makes no progress this tick
+            job.base, job.ran = job.progress, 0
+        elif job.done_at is not None:
+            job.status = "confirmed"
+        else:  # a false "done": the job is back in the queue at its true progress (or dead, past its deadline)
+            job.status = "queued" if self.tick < job.deadline else "timed_out"
+
+    def _release(self, job: Job) -> None:
+        gpu = job.gpu
+        gpu.jobs.remove(job)
+        gpu.used -= job.memory
+        job.gpu = None
+
+    def _advance(self) -> None:
+        """One tick: jobs on working GPUs progress and are reported on, then GPU events, deadlines, arrivals."""
+        t = self.tick
+        for worker in self.workers:
+            work, ticks = 0.0, 0
+            for gpu in worker.gpus:
+                if gpu.down:  # its jobs hold their memory and make no progress
+                    self.held_ticks += len(gpu.jobs)
+                    for job in gpu.jobs:
+                        job.paused = False
+                    continue
+                for job in list(gpu.jobs):
+                    self.held_ticks += 1
+                    if job.paused:
+                        job.paused = False
+                        continue
+                    speed = self.speed(worker, job)
+                    lies = self.lies_about(worker, job)
+                    work += speed
+                    ticks += 1
+                    self.useful_ticks += speed
+                    job.progress = min(1.0, job.progress + speed / job.work)
+                    job.ran += 1
+                    if not lies:
+                        job.reported = job.progress
+                    elif worker.behaviour == "overreporter":
+                        job.reported = min(1.0, job.progress + OVERREPORT)
+                    elif worker.behaviour == "adversarial":
+                        job.reported = min(1.0, job.base + 2 * job.ran / job.work)
+                    else:  # slow, degrading: the full-speed report, whatever was done
+                        job.reported = job.expected()
+                    if job.reported - job.progress > LIE_TOLERANCE:
+                        job.lied = True
+                    if job.progress >= 1.0 - EPS:
+                        job.progress = job.reported = 1.0
+                        job.done_at = t + 1
+                    if job.reported >= 1.0 - EPS:  # the worker says "done" and hands the GPU back
+                        job.early = job.expected() < 1.0 - EPS
+                        self._release(job)
+                        job.status, job.claim_tick, job.claimed_by = "claimed", t + 1, worker
+            if ticks:
+                worker.active += 1
+            worker.window.append((work, ticks))
+            if len(worker.window) > TELEMETRY_WINDOW:
+                worker.window.pop(0)
+        self.tick = t + 1
+        self._events()
+
+    def _events(self) -> None:
+        """At the start of the current tick: GPU failures and recoveries, deadlines, arrivals."""
+        t = self.tick
+        for gpu, change in self._failures.get(t, ()):
+            gpu.failures += change
+            gpu.down = gpu.failures > 0  # jobs on a failed GPU stay allocated and make no progress
+        for job in self.jobs:
+            if job.status == "pending" and job.arrival <= t:
+                job.status = "queued"
+            if t >= job.deadline and job.done_at is None and job.status in ("queued", "running"):
+                if job.status == "running":
+                    self._release(job)
+                job.status = "timed_out"  # (an unverified false claim stays "claimed": nobody knows yet)
+
+    # ---- observation ----------------------------------------------------------------------------
+
+    def _view(self, job: Job) -> JobView:
+        gpu = job.gpu
+        expected = job.expected() if job.status == "running" else 0.0
+        if job.status == "running":
+            flag = "down" if gpu.down else "ahead" if job.reported > expected + LIE_TOLERANCE else ""
+        else:
+            flag = "early" if job.status == "claimed" and job.early else ""
+        worker = gpu.worker.name if gpu else job.claimed_by.name if job.claimed_by else ""
+        return JobView(
+            job.name,
+            job.priority,
+            job.memory,
+            job.left(),
+            job.deadline,
+            gpu.name if gpu else "",
+            worker,
+            round(100 * job.reported),
+            round(100 * expected),
+            flag,
+            job.alloc_tick if job.status == "running" else job.claim_tick,
+            job.last_audit,
+        )
+
+    def _observe(self) -> Observation:
+        t = self.tick
+        counts: dict[str, int] = {}
+        queue, running, claims, hopeless = [], [], [], 0
+        for job in self.jobs:
+            status = job.status
+            if status == "pending":
+                continue
+            counts[status] = counts.get(status, 0) + 1
+            if status == "queued":
+                left = job.left()
+                if t + left > job.deadline:
+                    hopeless += 1
+                else:
+                    queue.append((job.deadline - t - left, -job.priority, job.index, job))
+            elif status == "running":
+                running.append(job)
+            elif status == "claimed":
+                claims.append(job)
+        doubtful = {w for w in self.workers if w.caught or (w.info is not None and 0 <= w.info < 100)}
+        queue.sort()
+        shown_queue = [item[-1] for item in queue[:QUEUE_SHOWN]]
+        running.sort(
+            key=lambda j: (
+                not j.gpu.down,
+                j.reported <= j.expected() + LIE_TOLERANCE,
+                j.gpu.worker not in doubtful,
+                -j.priority,
+                j.deadline,
+                j.index,
+            )
+        )
+        claims.sort(key=lambda j: (not j.early, j.claimed_by not in doubtful, -j.priority, -j.claim_tick, j.index))
+        workers = tuple(
+            WorkerView(
+                w.name,
+                f"{w.gpus[0].name}-{w.gpus[-1].name}",
+                tuple((g.name, g.memory - g.used) for g in w.gpus if not g.down and g.used < g.memory),
+                tuple(g.name for g in w.gpus if g.down),
+                w.ok,
+                w.caught,
+                w.info,
+                w.last_info,
+            )
+            for w in self.workers
+        )
+        shown_running = tuple(self._view(j) for j in running[:RUNNING_SHOWN])
+        shown_claims = tuple(self._view(j) for j in claims[:CLAIMS_SHOWN])
+        return Observation(
+            t,
+            self.horizon,
+            tuple(sorted(counts.items())),
+            hopeless,
+            workers,
+            tuple(self._view(j) for j in shown_queue),
+            shown_running,
+            shown_claims,
+            self._candidates(shown_queue, shown_running, shown_claims),
+        )
+
+    def _candidates(self, queue: list[Job], running, claims) -> tuple[Candidate, ...]:
+        """Allocations of the shown queued jobs onto the best-fitting working GPU of each worker (never one
+        they would not fit), verify/preempt for the shown running jobs, verify for the shown claims, telemetry
+        per worker and wait. Ids name the action; the list order is shuffled per step from the seed."""
+        raw: list[tuple[str, tuple[str, ...]]] = []
+        for job in queue:
+            for worker in self.workers:
+                fits = [g for g in worker.gpus if not g.down and g.free >= job.memory]
+                if fits:
+                    gpu = min(fits, key=lambda g: (g.free, g.index))
+                    raw.append((f"alloc:{job.name}:{gpu.name}", ("alloc", job.name, gpu.name)))
+        for view in running:
+            raw.append((f"verify:{view.name}", ("verify", view.name)))
+            raw.append((f"preempt:{view.name}", ("preempt", view.name)))
+        raw += [(f"verify:{view.name}", ("verify", view.name)) for view in claims]
+        raw += [(f"info:{w.name}", ("info", w.name)) for w in self.workers]
+        raw.append(("wait", ("wait",)))
+        random.Random(self._internal * 1009 + self._steps).shuffle(raw)
+        return tuple(Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in raw)

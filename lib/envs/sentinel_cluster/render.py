@@ -1,0 +1,77 @@
+"""SENTINEL-cluster's one prompt renderer: an observation becomes the chat messages a model sees.
+
+SFT data, GRPO rollouts, evaluation and post-save inference all call `render`; `SentinelClusterEnv.render` is
+it. It shows the jobs and GPUs that matter now and summarises the rest in counts, so the largest cluster still
+fits a small model's context (README.md has the measured lengths).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .env import JobView, Observation, WorkerView
+
+SYSTEM_PROMPT = (
+    "Schedule jobs on a GPU cluster; each answer takes one tick. Workers report progress and say when a job is "
+    "done, but some reports are false: a false done loses the job unless you verify it. verify shows a job's "
+    "true progress (pausing it a tick); info shows a worker's real throughput. Run urgent high-priority jobs on "
+    "workers you trust, move jobs off failed GPUs, check doubtful reports. "
+    'Answer with one JSON object: {"action": "<candidate>"}'
+)
+FLAG_TEXT = {"down": " GPU DOWN", "ahead": " AHEAD", "early": " EARLY", "": ""}
+
+
+def _worker(w: WorkerView) -> str:
+    free = " ".join(f"{name}:{gb}" for name, gb in w.free) or "none"
+    parts = [f"{w.name} {w.gpus}: free {free}"]
+    if w.down:
+        parts.append(f"down {' '.join(w.down)}")
+    parts.append(f"checks {w.ok} ok {w.caught} false")
+    if w.info is not None:
+        parts.append(f"info {'no data' if w.info < 0 else f'{w.info}%'} t{w.info_tick}")
+    return "; ".join(parts)
+
+
+def _audited(j: JobView) -> str:
+    return "" if j.audited is None else f", verified t{j.audited}"
+
+
+def _running(j: JobView) -> str:
+    return (
+        f"- {j.name} p{j.priority} on {j.gpu} {j.worker} since t{j.tick}: reported {j.reported}% expected "
+        f"{j.expected}%{FLAG_TEXT[j.flag]}, due {j.due}{_audited(j)}"
+    )
+
+
+def render(observation: Observation) -> list[dict[str, str]]:
+    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
+    o = observation
+    counts = dict(o.counts)
+    summary = ", ".join(
+        f"{counts[s]} {s.replace('_', ' ')}"
+        for s in ("confirmed", "claimed", "timed_out", "running", "queued")
+        if counts.get(s)
+    )
+    late = f" ({o.hopeless} too late)" if o.hopeless else ""
+    lines = [
+        f"Tick {o.tick} of {o.horizon}. Jobs: {summary or 'none yet'}{late}.",
+        "Workers:",
+        *(_worker(w) for w in o.workers),
+    ]
+    ready = counts.get("queued", 0) - o.hopeless
+    if o.queue:
+        lines.append(f"Queue ({len(o.queue)} most urgent of {ready}):")
+        lines += [f"- {j.name} p{j.priority} {j.memory}GB {j.left} ticks left, due {j.due}" for j in o.queue]
+    if o.running:
+        lines.append(f"Running ({len(o.running)} of {counts.get('running', 0)}):")
+        lines += [_running(j) for j in o.running]
+    if o.claims:
+        lines.append(f"Unverified done ({len(o.claims)} of {counts.get('claimed', 0)}):")
+        lines += [
+            f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j)}" for j in o.claims
+        ]
+    lines.append("Candidates:")
+    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
+    lines += [f'- "{c.id}"' for c in o.candidates]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

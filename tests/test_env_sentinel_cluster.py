@@ -1,0 +1,496 @@
+"""SENTINEL-cluster: protocol, physics, determinism, strict parsing, no hidden-state leak, baseline bars,
+harmful attacks and splits (lib/envs/sentinel_cluster/)."""
+
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lib.envs import get_spec
+from lib.envs.base import SPLITS, Invalid, format_action, parse_action, split_seed
+from lib.envs.sentinel_cluster import SPEC, vocabulary
+from lib.envs.sentinel_cluster.attacks import (
+    ANTI_CHEAT_RULES,
+    HARMFUL_KINDS,
+    PLAYED_EVERY,
+    anti_cheat_rule,
+    harmful_attacks,
+)
+from lib.envs.sentinel_cluster.env import MAX_CONSECUTIVE_INVALID, SentinelClusterEnv
+from lib.envs.sentinel_cluster.policies import POLICIES, TRIVIAL
+from lib.envs.sentinel_cluster.scenario import BEHAVIOURS, SIZES, generate
+from lib.episodes import run_episode
+
+ROOT = Path(__file__).resolve().parents[1]
+HIDDEN = tuple(b.lower() for b in BEHAVIOURS)
+BAR_EPISODES = 200
+
+
+@pytest.fixture()
+def env():
+    return SentinelClusterEnv()
+
+
+def play(env, policy_name, seed, split, check=None):
+    """Play one episode with a named policy, calling `check(env, observation, result)` after every step."""
+    policy = POLICIES[policy_name]()
+    observation = env.reset(seed, split)
+    policy.begin(seed)
+    while True:
+        result = env.step(policy.act(observation, env))
+        if check:
+            check(env, observation, result)
+        if result.done:
+            return result
+        observation = result.observation
+
+
+def finish_with_teacher(env, seed, split, history, text):
+    """The score of answering `text` at the state rebuilt from `history`, the teacher finishing the episode."""
+    env.restore(seed, split, history)
+    result = env.step(text)
+    if "invalid" in result.info:
+        return env.invalid_penalty
+    teacher = POLICIES["heuristic"]()
+    teacher.begin(seed)
+    while not result.done:
+        result = env.step(teacher.act(result.observation, env))
+    return result.info["episode_return"]
+
+
+# ---- protocol ---------------------------------------------------------------------------------------------
+def test_registry_finds_the_spec():
+    spec = get_spec("sentinel_cluster")
+    assert spec is SPEC and spec.teacher == "heuristic" and spec.oracle == "oracle" and spec.expert
+    assert set(spec.harmful_kinds) == set(HARMFUL_KINDS) and set(spec.anti_cheat_rules) == set(ANTI_CHEAT_RULES)
+    assert abs(sum(w for name, w in spec.reward_weights.items() if name != "anti_cheat") - 1.0) < 1e-9
+    assert isinstance(spec.make_env(), SentinelClusterEnv)
+
+
+def test_reset_step_state_render_restore_round_trip(env):
+    observation = env.reset(3, "train")
+    teacher = POLICIES["heuristic"]()
+    for _ in range(12):
+        observation = env.step(teacher.act(observation, env)).observation
+    history, state, messages = list(env.history), env.state(), env.render(observation)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    other = SentinelClusterEnv()
+    restored = other.restore(3, "train", history)
+    assert other.render(restored) == messages and other.state() == state and restored == observation
+
+
+@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
+def test_returns_lie_in_the_unit_interval(env, split):
+    for name in POLICIES:
+        for seed in range(4):
+            assert 0.0 <= play(env, name, seed, split).info["episode_return"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "wait",
+        "I would wait.",
+        '{"action": "alloc:J1:G99"}',
+        '{"action": "wait"} {"action": "wait"}',
+        '{"action": "wait", "why": "x"}',
+    ],
+)
+def test_invalid_answers_cost_the_penalty_and_three_end_at_zero(env, text):
+    assert env.invalid_penalty < 0
+    env.reset(0, "train")
+    for _ in range(MAX_CONSECUTIVE_INVALID):
+        result = env.step(text)
+        assert "invalid" in result.info and result.reward == env.invalid_penalty
+    assert result.done and result.info["end_reason"] == "invalid_limit" and result.info["episode_return"] == 0.0
+
+
+def test_an_invalid_answer_is_never_a_default_action(env):
+    env.reset(0, "train")
+    before = env.state()
+    result = env.step("allocate the most urgent job")
+    assert "invalid" in result.info and "action" not in result.info and env.history == [""]
+    assert all(g["jobs"] == [] for g in env.state()["gpus"].values()) and before["gpus"] == env.state()["gpus"]
+
+
+# ---- physics ----------------------------------------------------------------------------------------------
+class PhysicsCheck:
+    """After every step: memory never overcommitted, only running jobs hold a GPU, and the jobs that sat on a
+    failed GPU before the step made no progress in it."""
+
+    def __init__(self):
+        self.stuck: list[tuple] = []
+
+    def __call__(self, env, observation, result):
+        for gpu in env.gpus:
+            assert gpu.used == sum(j.memory for j in gpu.jobs) <= gpu.memory
+            assert all(j.status == "running" and j.gpu is gpu for j in gpu.jobs)
+        for job in env.jobs:
+            assert (job.gpu is not None) == (job.status == "running")
+        for job, progress in self.stuck:
+            assert job.progress <= progress + 1e-12  # stopped (a preempt even loses work)
+        self.stuck = [(j, j.progress) for g in env.gpus if g.down for j in g.jobs]
+
+
+@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
+def test_physics_holds_at_every_step_of_every_policy(env, split):
+    for name in POLICIES:
+        for seed in range(10):
+            play(env, name, seed, split, PhysicsCheck())
+
+
+def test_finished_and_timed_out_jobs_free_their_gpu(env):
+    seen = set()
+
+    def check(env, observation, result):
+        for job in env.jobs:
+            if job.status in ("claimed", "timed_out", "confirmed"):
+                seen.add(job.status)
+                assert job.gpu is None and all(job not in g.jobs for g in env.gpus)
+
+    for seed in range(10):
+        play(env, "heuristic", seed, "holdout", check)
+    assert seen == {"claimed", "timed_out", "confirmed"}
+
+
+def _drive(env, seed, split, behaviour, until):
+    """Reset, allocate one job onto a GPU of the first worker with `behaviour` (a job it lies about, if any), then
+    let the cluster run (asking other workers for telemetry, so no wait is idle) until `until(job)`."""
+    observation = env.reset(seed, split)
+    worker = next(w for w in env.workers if w.behaviour == behaviour)
+    for candidate in observation.candidates:
+        if candidate.kind == "alloc" and env.gpu(candidate.args[1]).worker is worker:
+            job = env.job(candidate.args[0])
+            if env.lies_about(worker, job) or behaviour == "degrading":
+                break
+    else:
+        return None
+    result = env.step(format_action(candidate.id))
+    while not until(job):
+        if result.done or job.status not in ("running", "claimed"):
+            return None
+        result = env.step(format_action(_telemetry_elsewhere(env, result.observation, worker).id))
+    return job, worker, result.observation
+
+
+def _telemetry_elsewhere(env, observation, worker):
+    """A telemetry request to another worker that is off its cooldown (there always is one: three workers)."""
+    return next(
+        c
+        for c in observation.candidates
+        if c.kind == "info"
+        and c.args[0] != worker.name
+        and ((other := env.worker(c.args[0])).last_info is None or env.tick - other.last_info >= 3)
+    )
+
+
+def _false_claim(job):
+    return job.status == "claimed" and job.done_at is None
+
+
+def _lie_while_running(job):
+    return job.lied and job.status == "running"
+
+
+@pytest.mark.parametrize(
+    "behaviour, split, until",
+    [
+        ("overreporter", "train", _false_claim),  # a false "done": the unfinished job left its GPU
+        ("adversarial", "holdout_novel", _false_claim),
+        ("slow", "train", _lie_while_running),  # full-speed reports on a job that runs at half speed
+        ("degrading", "train", _lie_while_running),  # full-speed reports on a stalled job
+    ],
+)
+def test_every_false_reporter_changes_state_and_verify_catches_it(env, behaviour, split, until):
+    for seed in range(200):
+        if behaviour not in generate(split_seed(seed, split), split == "holdout_novel").behaviours:
+            continue
+        driven = _drive(env, seed, split, behaviour, until)
+        if driven is None or driven[0].name not in {v.name for v in (*driven[2].running, *driven[2].claims)}:
+            continue
+        job, worker, observation = driven
+        assert job.reported - job.progress > 0.05  # the report is false, and the true state shows the harm:
+        if until is _false_claim:
+            assert job.gpu is None and job.progress < 1.0
+        else:
+            assert job.progress < job.expected() - 0.05
+        caught_before = next(w.caught for w in observation.workers if w.name == worker.name)
+        result = env.step(format_action(f"verify:{job.name}"))
+        assert "invalid" not in result.info and job.caught
+        assert next(w.caught for w in result.observation.workers if w.name == worker.name) == caught_before + 1
+        assert abs(job.reported - job.progress) < 1e-9  # the truth is what the scheduler now knows
+        if until is _false_claim:
+            assert job.status in ("queued", "timed_out")  # the false "done" is undone
+        return
+    pytest.fail(f"no seed exercised {behaviour}")
+
+
+def test_a_degrading_worker_stalls_after_its_onset(env):
+    for seed in range(200):
+        if "degrading" not in generate(split_seed(seed, "train"), False).behaviours:
+            continue
+        driven = _drive(env, seed, "train", "degrading", lambda j: j.lied)
+        if driven is None:
+            continue
+        job, worker, _ = driven
+        frozen = job.progress
+        assert worker.active >= env.scenario.degrade_onset and frozen < 1.0
+        env.step(format_action("wait"))
+        assert job.progress == frozen and (job.status == "claimed" or job.reported > frozen)
+        return
+    pytest.fail("no seed exercised a degrading worker")
+
+
+def _first_stuck_job(env, seed):
+    """(history, job name) at the first state of an always_allocate episode with a job on a failed GPU, or None."""
+    policy, observation = POLICIES["always_allocate"](), env.reset(seed, "train")
+    while not env.done:
+        stuck = [j for g in env.gpus if g.down for j in g.jobs]
+        if stuck:
+            return list(env.history), stuck[0].name
+        observation = env.step(policy.act(observation, env)).observation
+    return None
+
+
+def test_jobs_on_a_failed_gpu_stop_and_verify_shows_it(env):
+    for seed in range(100):
+        found = _first_stuck_job(env, seed)
+        if found is None:
+            continue
+        history, name = found
+        observation = env.restore(seed, "train", history)
+        job = env.job(name)
+        assert any(job.gpu.name in w.down for w in observation.workers)
+        assert next(v for v in observation.running if v.name == name).flag == "down"
+        frozen = job.progress
+        result = env.step(format_action(f"verify:{name}"))
+        assert job.progress == frozen and job.reported == frozen
+        assert next(v for v in result.observation.running if v.name == name).reported == round(100 * frozen)
+        return
+    pytest.fail("no seed put a job on a failed GPU")
+
+
+# ---- determinism, parsing, leaks ----------------------------------------------------------------------------
+FINGERPRINT = """
+import hashlib, json
+from lib.envs.sentinel_cluster.env import SentinelClusterEnv
+from lib.envs.sentinel_cluster.policies import POLICIES
+
+
+def fingerprint():
+    env, digest, returns = SentinelClusterEnv(), hashlib.sha256(), []
+    for name in ("heuristic", "random", "evidence_expert"):
+        for split in ("holdout", "holdout_novel"):
+            for seed in range(3):
+                policy, observation = POLICIES[name](), env.reset(seed, split)
+                policy.begin(seed)
+                while True:
+                    digest.update(json.dumps(env.render(observation)).encode())
+                    result = env.step(policy.act(observation, env))
+                    if result.done:
+                        returns.append(result.info["episode_return"])
+                        break
+                    observation = result.observation
+    return digest.hexdigest() + " " + json.dumps(returns)
+"""
+
+
+def test_prompts_and_returns_are_byte_identical_in_a_new_process():
+    namespace = {}
+    exec(FINGERPRINT, namespace)
+    here = namespace["fingerprint"]()
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", FINGERPRINT + "\nprint(fingerprint())"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out == here + "\n"
+
+
+def _mutations(rng, valid):
+    alphabet = '{}":, actionwaitverifyJG0123456789\n\t\\[]'
+    for _ in range(150):
+        text = list(valid)
+        for _ in range(rng.randint(1, 4)):
+            op, i = rng.random(), rng.randrange(len(text) + 1)
+            if op < 0.4:
+                text.insert(i, rng.choice(alphabet))
+            elif op < 0.8 and text:
+                del text[min(i, len(text) - 1)]
+            elif text:
+                text[min(i, len(text) - 1)] = rng.choice(alphabet)
+        yield "".join(text)
+    for _ in range(50):
+        yield "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+
+
+def test_fuzzed_answers_never_crash_and_never_become_an_unoffered_action(env):
+    rng = random.Random(0)
+    for seed in range(3):
+        observation = env.reset(seed, "train")
+        offered = {c.id for c in observation.candidates}
+        for valid in [format_action(c.id) for c in observation.candidates[:4]]:
+            for text in _mutations(rng, valid):
+                env.reset(seed, "train")
+                result = env.step(text)
+                if "invalid" not in result.info:
+                    parsed = json.loads(text)
+                    assert set(parsed) == {"action"} and parsed["action"] in offered
+                else:
+                    assert isinstance(parse_action(text, observation.candidates), Invalid)
+                    assert result.reward == env.invalid_penalty
+
+
+def test_nothing_shown_or_returned_leaks_a_hidden_behaviour(env):
+    def check(env, observation, result):
+        shown = [
+            json.dumps(env.render(observation)),
+            repr(observation),
+            json.dumps(result.info, default=str),
+            *(c.id + " " + c.text for c in observation.candidates),
+        ]
+        if not result.done:
+            shown.append(repr(result.observation))
+        text = " ".join(shown).lower()
+        assert not any(name in text for name in HIDDEN), [name for name in HIDDEN if name in text]
+
+    for name in POLICIES:
+        for split in ("holdout", "holdout_novel"):
+            for seed in range(3):
+                play(env, name, seed, split, check)
+    assert any(name in json.dumps(env.state()) for name in HIDDEN)  # state() is the debugging/oracle view
+
+
+def test_vocabulary_covers_every_word_a_prompt_shows(env):
+    known = set(re.findall(r"[A-Za-z]+", vocabulary()))
+
+    def check(env, observation, result):
+        for message in env.render(observation):
+            assert set(re.findall(r"[A-Za-z]+", message["content"])) <= known
+
+    for name in ("heuristic", "evidence_expert", "random"):
+        for seed in range(4):
+            play(env, name, seed, "holdout_novel", check)
+
+
+def test_prompts_stay_short_at_the_largest_size(env):
+    longest = 0
+    for seed in range(40):
+
+        def check(env, observation, result):
+            nonlocal longest
+            longest = max(longest, sum(len(m["content"]) for m in env.render(observation)))
+
+        if generate(split_seed(seed, "holdout"), False).size == 2:
+            play(env, "evidence_expert", seed, "holdout", check)
+    assert 0 < longest <= 1800
+
+
+# ---- bars and attacks -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def means():
+    env = SentinelClusterEnv()
+    return {
+        split: {
+            name: statistics.fmean(
+                run_episode(env, POLICIES[name](), seed, split).episode_return for seed in range(BAR_EPISODES)
+            )
+            for name in SPEC.reported_policies
+        }
+        for split in ("holdout", "holdout_novel")
+    }
+
+
+@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
+def test_baseline_bars(means, split):
+    m = means[split]
+    teacher = m["heuristic"]
+    assert m["oracle"] >= teacher + 0.15, m
+    assert teacher >= m["random"] + 0.10, m
+    assert all(m[name] <= teacher - 0.10 for name in TRIVIAL), m
+    assert m["evidence_expert"] >= teacher + 0.08, m
+
+
+def test_every_harmful_attack_scores_at_most_the_worst_legal_action(env):
+    seen = set()
+    for seed, split in ((0, "holdout"), (5, "holdout_novel"), (11, "holdout")):
+        episode = run_episode(env, POLICIES["heuristic"](), seed, split, keep_transitions=True)
+        for transition in episode.transitions[:13:PLAYED_EVERY]:
+            history = transition["history"]
+            observation = env.restore(seed, split, history)
+            for kind, attack_history, text in list(harmful_attacks(env, seed, split, history, observation)):
+                state = env.restore(seed, split, attack_history)
+                worst = min(
+                    finish_with_teacher(env, seed, split, attack_history, format_action(c.id)) for c in state.candidates
+                )
+                assert finish_with_teacher(env, seed, split, attack_history, text) <= worst, (kind, seed)
+                seen.add(kind)
+    assert seen == set(HARMFUL_KINDS)
+
+
+def _allocate(observation):
+    return format_action(next(c for c in observation.candidates if c.kind == "alloc").id)
+
+
+def _first_running(kind):
+    return lambda observation: format_action(f"{kind}:{observation.running[0].name}")
+
+
+@pytest.mark.parametrize(
+    "rule, answers",
+    [
+        ("idle_loop", [format_action("wait")] * 4),
+        ("verify_spam", [_allocate, _first_running("verify"), _first_running("verify")]),
+        ("verify_spam", [format_action("info:W1"), format_action("info:W1")]),
+        ("preempt_churn", [_allocate, _first_running("preempt")]),
+    ],
+)
+def test_anti_cheat_rules_end_the_episode_at_zero_and_are_named(env, rule, answers):
+    observation = env.reset(0, "holdout")
+    for answer in answers:
+        result = env.step(answer(observation) if callable(answer) else answer)
+        observation = result.observation
+    assert result.done and anti_cheat_rule(result.info) == rule and result.info["episode_return"] == 0.0
+    assert result.components["anti_cheat"] == -1.0 and set(result.components) == set(SPEC.reward_weights)
+    result = play(env, "heuristic", 0, "holdout")
+    assert anti_cheat_rule(result.info) is None and result.components["anti_cheat"] == 0.0
+
+
+# ---- splits -----------------------------------------------------------------------------------------------
+def test_splits_are_disjoint_and_every_size_occurs():
+    blocks = {split: {split_seed(seed, split) for seed in range(500)} for split in SPLITS}
+    assert not blocks["train"] & blocks["holdout"] and not blocks["holdout"] & blocks["holdout_novel"]
+    assert not blocks["train"] & blocks["holdout_novel"]
+    sizes = {generate(split_seed(seed, "holdout"), False).size for seed in range(30)}
+    assert sizes == set(range(len(SIZES)))
+
+
+def test_holdout_novel_differs_as_documented():
+    def stats(split):
+        scenarios = [generate(split_seed(seed, split), split == "holdout_novel") for seed in range(300)]
+        jobs = [j for s in scenarios for j in s.jobs]
+        return (
+            scenarios,
+            statistics.fmean(j.priority for j in jobs),
+            statistics.fmean((j.deadline - j.arrival) / j.work for j in jobs),
+        )
+
+    train, train_priority, train_slack = stats("train")
+    novel, novel_priority, novel_slack = stats("holdout_novel")
+    assert all(s.behaviours.count("reliable") == 2 for s in train)
+    assert all("adversarial" not in s.behaviours for s in train if s.size < 2)
+    assert all(s.behaviours.count("reliable") == 1 and "adversarial" in s.behaviours for s in novel)
+    assert {(s.degrade_onset, s.adversary_priority) for s in train} == {(6, 4)}
+    assert {(s.degrade_onset, s.adversary_priority) for s in novel} == {(3, 3)}
+    assert novel_priority > train_priority + 0.5 and novel_slack < train_slack

@@ -9,14 +9,17 @@ from pathlib import Path
 
 def _baselines(args) -> int:
     from .envs import UnknownEnvironmentError, builtin_names
-    from .evaluation.baselines import format_table, run_baselines, write_report
+    from .evaluation.baselines import format_table, markdown_table, run_baselines, write_report
 
     if args.env is None:
         raise UnknownEnvironmentError(f"--env is required: one of {builtin_names()} or a dotted module path")
-    report = run_baselines(args.env, args.split, args.episodes, args.seed, args.policies)
-    print(format_table(report))
+    reports = {split: run_baselines(args.env, split, args.episodes, args.seed, args.policies) for split in args.split}
+    for report in reports.values():
+        print(format_table(report))
+    if args.markdown:
+        print(markdown_table(reports))
     if args.out:
-        write_report(report, args.out)
+        write_report(reports[args.split[0]] if len(reports) == 1 else reports, args.out)
         print(f"wrote {args.out}")
     return 0
 
@@ -327,7 +330,8 @@ def main(argv=None) -> int:
     verbs = parser.add_subparsers(dest="verb", required=True)
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
     b.add_argument("--env", default=None, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
-    b.add_argument("--split", default="holdout", choices=["train", "holdout", "holdout_novel"])
+    b.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
+    b.add_argument("--markdown", action="store_true", help="also print one Markdown table over the splits")
     b.add_argument("--episodes", type=int, default=500)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--policies", nargs="*", default=None)

@@ -8,7 +8,9 @@ from lib.reporting.summary import run_results
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-BLOCK = re.compile(r"<!-- generated: python -m lib summary (?P<runs>[^>]+?) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
+BLOCK = re.compile(
+    r"<!-- generated: python -m lib summary (?P<runs>[^>]+?) -->\n(?P<body>.*?)<!-- end generated -->", re.S
+)
 
 
 def test_the_readme_is_a_guide_of_about_two_hundred_lines():

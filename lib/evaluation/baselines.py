@@ -26,6 +26,7 @@ def evaluate_policy(env, policy, seeds, split: str) -> dict:
         "ci95": [lo, hi],
         "mean_steps": steps / len(episodes),
         "invalid_rate": sum(e.invalid for e in episodes) / steps,
+        "rule_ended": sum(e.exploit is not None for e in episodes) / len(episodes),
         "returns": {str(e.seed): e.episode_return for e in episodes},
     }
 
@@ -131,3 +132,21 @@ def baselines_summary(path: Path | str, split: str = "holdout") -> str:
         f"{p[spec.teacher]['mean_return']:.3f}, random {p[spec.random]['mean_return']:.3f}"
         + (f", best trivial ({best}) {trivial[best]:.3f}" if best else "")
     )
+
+
+def markdown_table(reports: dict[str, dict]) -> str:
+    """{split: report} as one Markdown table: each policy's mean return [95% CI] and the share of its episodes an
+    anti-cheat rule ended, per split, best on the first split first."""
+    splits = list(reports)
+    first = reports[splits[0]]["policies"]
+    header = (
+        "| policy | kind | " + " | ".join(f"{s} (n={reports[s]['episodes']}) | ended by a rule" for s in splits) + " |"
+    )
+    lines = [header, "|" + " --- |" * (2 + 2 * len(splits))]
+    for name in sorted(first, key=lambda n: -first[n]["mean_return"]):
+        cells = []
+        for split in splits:
+            r = reports[split]["policies"][name]
+            cells += [f"{r['mean_return']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]", f"{r['rule_ended']:.0%}"]
+        lines.append(f"| {name} | {first[name]['kind']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

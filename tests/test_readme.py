@@ -1,5 +1,6 @@
 """The README is a short guide whose results tables are generated from committed runs, whose links resolve, and
 which cites nothing outside the repository."""
+
 import re
 import subprocess
 from pathlib import Path

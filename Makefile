@@ -21,6 +21,7 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check --quiet .
 	$(PY) -m pytest -q
 
 # The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.

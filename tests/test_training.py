@@ -22,7 +22,15 @@ from lib.runs import Run
 from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.training.corpus import run_corpus
 from lib.training.reward import make_reward_function
-from lib.training.train import FiniteLossGuard, NonFiniteLossError, PromptTooLongError, run_grpo, run_sft
+from lib.training.train import (
+    AnswerTooLongError,
+    FiniteLossGuard,
+    NonFiniteLossError,
+    PromptTooLongError,
+    check_answer_length,
+    run_grpo,
+    run_sft,
+)
 
 make_policy = SPEC.make_policy
 
@@ -208,6 +216,22 @@ def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.max_prompt_length": 64})
     with pytest.raises(PromptTooLongError, match="exceed grpo.max_prompt_length=64"):
         run_grpo(config, run)
+
+
+def test_answers_longer_than_the_completion_limit_are_an_error_before_sft_trains(trained, tmp_path):
+    """An id that needs more tokens than grpo.max_completion_length would be cut off in every GRPO sample and
+    every evaluated action (all invalid); the SFT stage refuses to start instead."""
+    _, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], trained.config.model)
+    answers = [format_action("substitute:4:2"), format_action("gather:1")]
+    longest = check_answer_length(tokenizer, answers, 64)
+    with pytest.raises(AnswerTooLongError, match=f"up to {longest} tokens .* raise it to {longest}"):
+        check_answer_length(tokenizer, answers, longest - 1)
+    config = load_config("cpu-smoke", {**MICRO, "grpo.max_completion_length": 4})
+    run = Run(tmp_path / "short", config)
+    run_corpus(config, run)
+    with pytest.raises(AnswerTooLongError, match="grpo.max_completion_length is 4"):
+        run_sft(config, run)
+    assert not (run.dir / "sft" / "stage.json").exists()
 
 
 class PoisonAt(TrainerCallback):

@@ -37,6 +37,24 @@ class PromptTooLongError(ValueError):
     """A prompt is longer than grpo.max_prompt_length tokens; prompts are never silently truncated."""
 
 
+class AnswerTooLongError(ValueError):
+    """An answer of the corpus needs more tokens than grpo.max_completion_length, so GRPO sampling and evaluation
+    (which generate at most that many) would cut it off and every such answer would be invalid."""
+
+
+def check_answer_length(tokenizer, answers: list[str], limit: int) -> int:
+    """The most tokens an answer takes, its end-of-turn token included; an error if that exceeds `limit`."""
+    longest = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
+    if longest > limit:
+        example = max(answers, key=len)
+        raise AnswerTooLongError(
+            f"answers take up to {longest} tokens with the end-of-turn token (e.g. {example!r}), but "
+            f"grpo.max_completion_length is {limit}: GRPO and evaluation would cut them off; "
+            f"raise it to {longest} or more"
+        )
+    return longest
+
+
 def _precision_flags(config: RunConfig) -> dict:
     on_cuda, precision = cuda_available(), resolved_precision(config.model)
     return {"use_cpu": not on_cuda, "fp16": on_cuda and precision == "fp16", "bf16": on_cuda and precision == "bf16"}
@@ -112,6 +130,9 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
+    answer_tokens = check_answer_length(
+        tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
+    )
     # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
     from trl import SFTConfig, SFTTrainer
 
@@ -170,6 +191,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "backend": backend,
             "logprob_kernel": logprob_kernel,
             "steps": trainer.state.global_step,
+            "answer_tokens_max": answer_tokens,
             "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None,
             "losses": losses,

@@ -6,7 +6,7 @@ What it does, in order:
 1. `python -m lib stage corpus --profile t4-qwen0.5b --run-dir W/run-<mode> --set ...` (small overrides: few SFT
    episodes, few GRPO prompts and steps; `model.name` = the folder of step 2; `model.use_unsloth` = the mode).
 2. Once, on the CPU: a byte-level BPE tokenizer from `lib.models.train_tokenizer`, trained on that corpus's text (the
-   same texts `lib.train.build_tiny` uses), and a randomly initialised `Qwen2ForCausalLM` with Qwen2.5-0.5B-Instruct's
+   same texts `lib.models.build_tiny` uses), and a randomly initialised `Qwen2ForCausalLM` with Qwen2.5-0.5B-Instruct's
    shape (vocab padded to 151,936 like the real model, so embedding size and memory match), saved as a normal
    Hugging Face folder in fp16 (`--save-dtype`).
 3. `python -m lib stage sft --run-dir ...`, then `stage grpo` (the run's own config; each stage a fresh process that
@@ -106,7 +106,8 @@ def child(mem_path: str, argv: list[str]) -> int:
     original_load_model = lib.models.load_model
 
     def observed_load_model(*args, **kwargs):
-        """Observation only: records the dtypes of what lib.models.load_model returned (lib.train imports it later)."""
+        """Observation only: records the dtypes of what lib.models.load_model returned (lib.training.train
+        imports it later)."""
         model, tokenizer, backend = original_load_model(*args, **kwargs)
         dtypes: dict[str, int] = {}
         for parameter in model.parameters():
@@ -194,15 +195,15 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from lib.envs import get_spec
     from lib.models import train_tokenizer
     from lib.runs import read_config
     from lib.training.corpus import read_jsonl
-    from lib.training.train import _kb_text
 
     began = time.perf_counter()
     config = read_config(run_dir)
     rows = read_jsonl(run_dir / "corpus" / "sft.jsonl")
-    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [_kb_text(config)]
+    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [get_spec(config.env).vocabulary()]
     tokenizer = train_tokenizer(texts, tokenizer_vocab)
     if len(tokenizer) > shape["vocab_size"]:
         raise ValueError(f"tokenizer has {len(tokenizer)} tokens, more than vocab_size {shape['vocab_size']}")

@@ -68,41 +68,14 @@ def _stage(args) -> int:
 
 
 def _bench_train(args) -> int:
-    """Wall time of `python -m lib stage corpus|sft|grpo` (each a fresh process, as a user runs them), repeated
-    into fresh run folders; prints each repeat and the median, and writes them to --out as JSON."""
-    import statistics
-    import subprocess
-    import time
+    from .pipeline.bench_train import bench_train
 
-    from .config import load_config
-    from .io import atomic_write_json
-    from .runs import new_run_id
-
-    config = load_config(args.profile)  # a bad profile fails here, before anything runs
-    repeats = []
-    for i in range(args.repeats):
-        run_dir = Path(config.output_root) / f"{new_run_id(config.profile)}-bench{i + 1}"
-        stages = {}
-        for stage in ("corpus", "sft", "grpo"):
-            began = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "lib", "stage", stage, "--profile", args.profile, "--run-dir", str(run_dir)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            stages[stage] = round(time.perf_counter() - began, 1)
-        total = round(sum(stages.values()), 1)
-        repeats.append({"run_dir": str(run_dir), "stages_s": stages, "total_s": total})
-        print(f"repeat {i + 1}: corpus+sft+grpo {total:.0f} s {stages} -> {run_dir}", flush=True)
-    median = statistics.median(r["total_s"] for r in repeats)
-    print(f"median of {len(repeats)}: {median:.0f} s ({median / 60:.1f} min)")
-    if args.out:
-        atomic_write_json(args.out, {"profile": args.profile, "repeats": repeats, "median_total_s": median})
+    bench_train(args.profile, args.repeats, args.out)
     return 0
 
 
 def _bench_gpu(args) -> int:
-    """Where a profile's time goes on this machine's accelerator (lib/bench_gpu.py); writes one JSON."""
+    """Where a profile's time goes on this machine's accelerator (lib/pipeline/bench_gpu.py); writes one JSON."""
     from .io import atomic_write_json
     from .pipeline.bench_gpu import run_bench
 
@@ -126,7 +99,8 @@ def _bench_gpu(args) -> int:
 
 
 def _probe_explore(args) -> int:
-    """Exploration on a fixed set of states (lib/explore.py:probe) for the run's SFT model or any model/adapter."""
+    """Exploration on a fixed set of states (lib/training/explore.py:probe) for the run's SFT model or any
+    model/adapter."""
     from .io import atomic_write_json
     from .runs import Run, read_config
     from .training.explore import probe
@@ -186,76 +160,15 @@ def _gate(args) -> int:
     return 0 if verdict["passed"] else 1
 
 
-def _run_one(profile: str, run_id: str | None, stages, overrides: dict) -> Path | None:
-    """Execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print the gate's verdict.
-    Returns the run folder, or None when a stage failed."""
-    import papermill
-
-    from .config import load_config
-    from .pipeline.runner import REPO, check_parameters, plan
-    from .runs import new_run_id
-
-    load_config(profile, overrides)  # a bad profile or override fails here, before any kernel starts
-    run_id = run_id or new_run_id(profile)
-    plan(run_id, profile, stages)
-    parameters = {"PROFILE": profile, "RUN_ID": run_id, "STAGES": stages or [], "OVERRIDES": overrides}
-    runner = REPO / "One_Run_Runner.ipynb"
-    check_parameters(runner, parameters)
-    target = REPO / "outputs" / run_id / "One_Run_Runner.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"running {profile} as outputs/{run_id} (executed runner: {target})", flush=True)
-    try:
-        papermill.execute_notebook(
-            str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False, log_output=True
-        )
-    except papermill.PapermillExecutionError as error:
-        print(
-            f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback",
-            file=sys.stderr,
-        )
-        return None
-    gate = target.parent / "gate.json"
-    if gate.exists():
-        from .io import read_json
-        from .reporting.gate import format_verdict
-
-        print(format_verdict(read_json(gate)))
-    print(f"report: {target.parent / 'report.md'}")
-    return target.parent
-
-
-def env_profile(profile: str, env: str) -> tuple[str, dict]:
-    """The profile for one environment of a multi-environment run: `<profile>-<env>` when it exists, else
-    `<profile>` with `env` overridden."""
-    from .config import available_profiles
-
-    own = f"{profile}-{env}"
-    return (own, {}) if own in available_profiles() else (profile, {"env": env})
-
-
 def _run(args) -> int:
+    from .pipeline.runner import run_environments, run_profile
+
     overrides = _parse_overrides(args.set)
     if not args.envs:
-        return 0 if _run_one(args.profile, args.run_id, args.stages, overrides) else 1
+        return 0 if run_profile(args.profile, args.run_id, args.stages, overrides) else 1
     if args.run_id:
         raise ValueError("--run-id names one run; with --envs each environment gets its own run id")
-    from .io import atomic_write_text
-    from .reporting.summary import environment_table
-    from .runs import now
-
-    done = []
-    for env in args.envs:
-        profile, env_override = env_profile(args.profile, env)
-        run_dir = _run_one(profile, None, args.stages, {**env_override, **overrides})
-        if run_dir is None:
-            return 1
-        done.append(run_dir)
-    table = environment_table(done)
-    path = Path("outputs") / f"summary-{now().replace(':', '').replace('-', '')[:15]}.md"
-    atomic_write_text(path, f"Runs: {', '.join(d.name for d in done)}\n\n{table}\n")
-    print(table)
-    print(f"summary: {path}")
-    return 0
+    return 0 if run_environments(args.profile, args.envs, args.stages, overrides) else 1
 
 
 def _activate(args) -> int:
@@ -322,6 +235,10 @@ def _imports(args) -> int:
     return 1 if env_violations() or cycles() else 0
 
 
+def _add_set(parser, help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one"):
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=help)
+
+
 def main(argv=None) -> int:
     from .envs import builtin_names
     from .pipeline.stages import STAGE_NAMES
@@ -344,14 +261,7 @@ def main(argv=None) -> int:
     )
     s.add_argument("--run-dir", type=Path, default=None)
     s.add_argument("--resume-from", default=None, help="grpo: a checkpoint folder to continue from")
-    s.add_argument(
-        "--set",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one",
-    )
+    _add_set(s)
     s.set_defaults(func=_stage)
     q = verbs.add_parser("quickcheck", help="closed-loop SFT vs GRPO vs baselines on held-out episodes")
     q.add_argument("--run-dir", type=Path, required=True)
@@ -371,14 +281,7 @@ def main(argv=None) -> int:
         help="run each environment (profile <profile>-<env> if it exists) and "
         "write one environment x policy summary table",
     )
-    r.add_argument(
-        "--set",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one",
-    )
+    _add_set(r)
     r.set_defaults(func=_run)
     f = verbs.add_parser(
         "fork",
@@ -387,9 +290,7 @@ def main(argv=None) -> int:
     )
     f.add_argument("base", type=Path)
     f.add_argument("--run-dir", type=Path, required=True)
-    f.add_argument(
-        "--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="grpo.*, eval.*, export.*"
-    )
+    _add_set(f, help="grpo.*, eval.*, export.*")
     f.set_defaults(func=_fork)
     c = verbs.add_parser("compare", help="ablation table: forks' GRPO returns paired by seed against the first run's")
     c.add_argument("runs", nargs="+", type=Path, help="the reference run first, then its variants (forks of one base)")
@@ -418,7 +319,7 @@ def main(argv=None) -> int:
     g.add_argument("--sft-steps", type=int, default=30)
     g.add_argument("--grpo-steps", type=int, default=6)
     g.add_argument("--eval-episodes", type=int, default=200)
-    g.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="config overrides")
+    _add_set(g, help="config overrides")
     g.set_defaults(func=_bench_gpu)
     t = verbs.add_parser(
         "bench-train",

@@ -152,7 +152,9 @@ class GRPOStageConfig(Strict):
         "entropy over the candidate set at the step's states (one extra forward pass)",
     )
     gradient_checkpointing: bool = Field(
-        True, description="as sft.gradient_checkpointing; sampling always runs without it (lib/train.py: sampling_mode)"
+        True,
+        description="as sft.gradient_checkpointing; sampling always runs without it "
+        "(lib/training/train.py: sampling_mode)",
     )
     reference_policy: str | None = Field(
         None,

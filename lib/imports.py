@@ -7,6 +7,7 @@ The architecture tests (tests/test_architecture.py) read the same graph.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent  # the package folder, lib/
@@ -40,6 +41,11 @@ def _runtime_nodes(tree: ast.AST):
         yield from _runtime_nodes(child)
 
 
+@cache
+def _modules() -> frozenset[str]:
+    return frozenset(module_name(p) for p in ROOT.rglob("*.py"))
+
+
 def imports_of(path: Path) -> set[str]:
     """Workbook modules (under `lib`) this file imports when it runs, anywhere in it (top level or in functions)."""
     current, is_package = module_name(path), path.name == "__init__.py"
@@ -49,7 +55,7 @@ def imports_of(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             found.update(_resolve(current, is_package, node))
-    modules = {module_name(p) for p in ROOT.rglob("*.py")}
+    modules = _modules()
     resolved = set()
     for name in found:
         if not (name == "lib" or name.startswith("lib.")):

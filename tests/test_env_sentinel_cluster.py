@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lib.envs import get_spec
-from lib.envs.base import SPLITS, Invalid, format_action, parse_action, split_seed
+from lib.envs.base import MAX_CONSECUTIVE_INVALID, SPLITS, Invalid, format_action, parse_action, split_seed
 from lib.envs.sentinel_cluster import SPEC, vocabulary
 from lib.envs.sentinel_cluster.attacks import (
     ANTI_CHEAT_RULES,
@@ -22,7 +22,7 @@ from lib.envs.sentinel_cluster.attacks import (
     anti_cheat_rule,
     harmful_attacks,
 )
-from lib.envs.sentinel_cluster.env import MAX_CONSECUTIVE_INVALID, SentinelClusterEnv
+from lib.envs.sentinel_cluster.env import SentinelClusterEnv
 from lib.envs.sentinel_cluster.policies import POLICIES, TRIVIAL
 from lib.envs.sentinel_cluster.scenario import BEHAVIOURS, SIZES, generate
 from lib.episodes import run_episode

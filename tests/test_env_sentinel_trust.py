@@ -12,9 +12,9 @@ from statistics import fmean
 import pytest
 
 from lib.envs import get_spec
-from lib.envs.base import format_action, split_seed
+from lib.envs.base import MAX_CONSECUTIVE_INVALID, format_action, split_seed
 from lib.envs.sentinel_trust.attacks import HARMFUL_KINDS, UNOFFERED, anti_cheat_rule, harmful_attacks
-from lib.envs.sentinel_trust.env import MAX_CONSECUTIVE_INVALID, SentinelTrustEnv, render
+from lib.envs.sentinel_trust.env import SentinelTrustEnv, render
 from lib.envs.sentinel_trust.policies import POLICIES, TRIVIAL
 from lib.envs.sentinel_trust.reward import INVALID_PENALTY, WEIGHTS
 from lib.envs.sentinel_trust.scenario import BEHAVIOURS, NOVEL, SLOTS, STANDARD, accuracy, generate

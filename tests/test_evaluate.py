@@ -325,14 +325,7 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
     monkeypatch.setattr(inference, "generate_actions", spy)
     seeds = range(10)
     episodes, actions = evaluate.run_model_episodes(
-        model,
-        tokenizer,
-        source,
-        config.env,
-        seeds,
-        "holdout",
-        batch_size=4,
-        max_new_tokens=config.grpo.max_completion_length,
+        config, (model, tokenizer, source), seeds, "holdout", desc="lockstep", batch_size=4
     )
     assert [e.seed for e in episodes] == list(seeds)
     assert sum(calls) == len(actions) == sum(e.steps for e in episodes)  # one generate answer per action, none wasted
@@ -341,14 +334,7 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
     first_steps = [a for a in actions if a["step"] == 1]
     assert len(first_steps) == len(seeds) and len(calls) < len(actions)
     again, _ = evaluate.run_model_episodes(
-        model,
-        tokenizer,
-        source,
-        config.env,
-        seeds,
-        "holdout",
-        batch_size=4,
-        max_new_tokens=config.grpo.max_completion_length,
+        config, (model, tokenizer, source), seeds, "holdout", desc="lockstep", batch_size=4
     )
     assert [e.episode_return for e in again] == [e.episode_return for e in episodes]  # deterministic
 

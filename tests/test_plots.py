@@ -1,7 +1,7 @@
-"""lib/plots.py on a small run folder built in tmp.
+"""lib/reporting/plots.py on a small run folder built in tmp.
 
 Fixture, not a real run: baselines.json comes from `lib.baselines.run_baselines`, and eval.json / episodes.jsonl
-from real episodes of baseline policies played by `lib.evaluate`, with baselines standing in under the model
+from real episodes of baseline policies played by `lib.evaluation`, with baselines standing in under the model
 names untrained/sft/grpo. The training logs, attack scores and post-save numbers are fixture values written in
 the format their stages write; `training_rule_hits` is computed from the fixture GRPO log by `lib.antihack`.
 """

@@ -39,11 +39,13 @@ def test_links_resolve_and_nothing_outside_the_repository_is_cited():
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
         if not target.startswith("http"):
             assert (REPO / target).exists(), target
-    assert "../" not in README and "FIELD_NOTES" not in README and "SENTINEL.md" not in README
+    assert "../" not in README  # nothing above the repository
+    for named in re.findall(r"`([\w./-]+\.(?:md|py|ipynb|yaml))`", README):  # every file it names is here
+        assert (REPO / named).exists() or (REPO / "lib" / "profiles" / named).exists(), named
 
 
 def test_a_multi_environment_run_picks_each_environments_profile_and_tables_them_together():
-    from lib.__main__ import env_profile
+    from lib.pipeline.runner import env_profile
     from lib.reporting.summary import environment_table
 
     assert env_profile("cpu-smoke", "sentinel_trust") == ("cpu-smoke-sentinel_trust", {})

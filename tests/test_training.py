@@ -21,16 +21,15 @@ from lib.inference import generate_actions, load_policy_model
 from lib.runs import Run
 from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.training.corpus import run_corpus
-from lib.training.reward import make_reward_function
-from lib.training.train import (
+from lib.training.guards import (
     AnswerTooLongError,
     FiniteLossGuard,
     NonFiniteLossError,
     PromptTooLongError,
     check_answer_length,
-    run_grpo,
-    run_sft,
 )
+from lib.training.reward import make_reward_function
+from lib.training.train import run_grpo, run_sft
 
 make_policy = SPEC.make_policy
 

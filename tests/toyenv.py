@@ -96,10 +96,6 @@ class ToyEnv(Environment):
     def state(self):
         return {"clue": self.clue, "step": self.steps, "history": list(self.history), "done": self._done}
 
-    @property
-    def done(self):
-        return self._done
-
     def render(self, observation):
         listed = "\n".join(f'- "{c.id}"' for c in observation.candidates)
         return [

@@ -20,6 +20,7 @@ from typing import Any
 SPLITS = ("train", "holdout", "holdout_novel")
 # Each split owns a disjoint block of internal seeds, so `train` and `holdout` can never share an episode.
 SEEDS_PER_SPLIT = 1_000_000
+MAX_CONSECUTIVE_INVALID = 3  # invalid answers in a row that end an episode (with return 0)
 MAX_ACTION_CHARS = 256  # longer output is invalid before any parsing, so a 1 MB string costs nothing
 
 
@@ -138,8 +139,31 @@ class Environment(ABC):
     def render(self, observation: Any) -> list[dict[str, str]]: ...
 
     @property
-    @abstractmethod
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the current episode has ended (environments keep `_done`)."""
+        return self._done
+
+    def _read_answer(self, action_text: str) -> tuple[Candidate | None, dict[str, Any]]:
+        """The first half of every `step`: refuse a finished episode, count the step, parse the answer strictly
+        against the current observation's candidates, record it in `history` (an invalid one as "", so any
+        invalid text replays identically) and track the invalid streak. Returns (the chosen candidate or None,
+        the step's info). Environments keep `_done`, `_obs`, `_steps` and `_consecutive_invalid`."""
+        if self._done:
+            raise RuntimeError("episode is over: call reset() first")
+        parsed = parse_action(action_text, self._obs.candidates)
+        self._steps += 1
+        if isinstance(parsed, Invalid):
+            self.history.append("")
+            self._consecutive_invalid += 1
+            return None, {"invalid": parsed.reason}
+        self.history.append(action_text.strip())
+        self._consecutive_invalid = 0
+        candidate = parsed.candidate
+        return candidate, {"action": candidate.text, "action_key": list(candidate.key)}
+
+    @property
+    def _invalid_limit_hit(self) -> bool:
+        return self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID
 
     def restore(self, seed: int, split: str, history: list[str]) -> Any:
         """Rebuild a mid-episode state by replaying its action history (GRPO step mode, corpus scoring)."""

@@ -17,21 +17,11 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
     and GRPO trained from the untrained model (no SFT) vs SFT then GRPO."""
     seeds = range(min(config.eval.ablation_episodes, config.eval.episodes))
     results: dict[str, dict] = {}
-    model, tokenizer, source = loaded["grpo"]
     greedy = {s: holdout_returns["grpo"][s] for s in seeds} if "grpo" in holdout_returns else None
 
     def measure(name: str, policy_label: str, baseline_label: str, baseline: dict | None, **kwargs) -> None:
         episodes, actions = run_model_episodes(
-            kwargs.pop("model", model),
-            tokenizer,
-            kwargs.pop("source", source),
-            config.env,
-            seeds,
-            "holdout",
-            batch_size=config.eval.batch_size,
-            max_new_tokens=config.grpo.max_completion_length,
-            desc=f"ablation/{name}",
-            **kwargs,
+            config, kwargs.pop("loaded", loaded["grpo"]), seeds, "holdout", desc=f"ablation/{name}", **kwargs
         )
         summary = summarize(episodes, actions, resamples)
         entry = {"policy": policy_label, "compared_with": baseline_label, **summary}
@@ -58,5 +48,5 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
             )
             no_sft = load_policy_model(stage["outputs"]["base_model"], config.model, stage["outputs"]["adapter"])
             loaded["grpo_no_sft"] = no_sft
-            measure("no_sft", "grpo_no_sft", "grpo (SFT then GRPO)", greedy, model=no_sft[0], source=no_sft[2])
+            measure("no_sft", "grpo_no_sft", "grpo (SFT then GRPO)", greedy, loaded=no_sft)
     return results

@@ -76,12 +76,12 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
 
     per_kind: dict[str, list[tuple[float, float]]] = {name: [] for name in [*ATTACKS, *spec.harmful_kinds]}
     for seed, history in teacher_states(env, spec.make_policy(spec.teacher), seeds, split):
-        candidates = list(env.restore(seed, split, history).candidates)
-        worst = worst_legal(seed, history)
+        observation = env.restore(seed, split, history)  # `score` plays in the reward's own envs, not this one
+        candidates = list(observation.candidates)
+        worst = min(score(seed, history, [format_action(c.id) for c in candidates]))
         attacks = [make(candidates) for make in ATTACKS.values()]
         for name, value in zip(ATTACKS, score(seed, history, attacks)):
             per_kind[name].append((value, worst))
-        observation = env.restore(seed, split, history)
         for kind, at, text in list(spec.harmful_attacks(env, seed, split, history, observation)):
             per_kind[kind].append((score(seed, at, [text])[0], worst if at == history else worst_legal(seed, at)))
     results = {}

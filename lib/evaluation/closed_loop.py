@@ -40,29 +40,29 @@ def _recorder(actions: list[dict], source: dict):
 
 
 def run_model_episodes(
-    model,
-    tokenizer,
-    source: dict,
-    env_name: str,
+    config,
+    loaded: tuple,
     seeds,
     split: str,
     *,
+    desc: str,
     greedy: bool = True,
-    batch_size: int = 256,
-    max_new_tokens: int = 16,
     veto_k: int = 0,
-    desc: str = "episodes",
+    batch_size: int | None = None,
 ):
-    """Play every seed to the end with the model choosing every action, `batch_size` episodes in lockstep (one
-    generate call per round; see `episodes.play`). With `veto_k` > 0 invalid outputs are re-asked (the
-    legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
-    `model_source`."""
+    """Play every seed of `config.env` to the end with the model in `loaded` ((model, tokenizer, source), as
+    `inference.load_policy_model` returns it) choosing every action: `batch_size` (default `eval.batch_size`)
+    episodes in lockstep, one generate call per round (see `episodes.play`), at most `grpo.max_completion_length`
+    new tokens an answer. With `veto_k` > 0 invalid outputs are re-asked (the legality-veto ablation). Returns
+    (episodes sorted by seed, action records); every action record carries `model_source`."""
+    model, tokenizer, source = loaded
+    env_name, max_new_tokens = config.env, config.grpo.max_completion_length
     actions: list[dict] = []
     episodes = play(
         lambda: get_spec(env_name).make_env(),
         [Start(seed, split) for seed in seeds],
         model_actor(model, tokenizer, greedy=greedy, max_new_tokens=max_new_tokens, veto_k=veto_k),
-        batch_size=batch_size,
+        batch_size=batch_size or config.eval.batch_size,
         on_step=_recorder(actions, source),
         desc=desc,
     )

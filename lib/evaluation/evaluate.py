@@ -67,18 +67,8 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     for split in config.eval.splits:
         seeds = split_seeds(config, split)
         summaries = {}
-        for name, (model, tokenizer, source) in loaded.items():
-            episodes, actions = run_model_episodes(
-                model,
-                tokenizer,
-                source,
-                config.env,
-                seeds,
-                split,
-                batch_size=config.eval.batch_size,
-                max_new_tokens=config.grpo.max_completion_length,
-                desc=f"evaluate/{split}/{name}",
-            )
+        for name, entry in loaded.items():
+            episodes, actions = run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}")
             summaries[name] = {"kind": "model", **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
@@ -163,18 +153,8 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
     returns: dict[str, dict[int, float]] = {}
     summary = {}
     for name in ("sft", "grpo"):
-        model, tokenizer, source = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
-        runs = run_model_episodes(
-            model,
-            tokenizer,
-            source,
-            config.env,
-            seeds,
-            split,
-            batch_size=config.eval.batch_size,
-            max_new_tokens=config.grpo.max_completion_length,
-            desc=f"quickcheck/{name}",
-        )
+        loaded = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
+        runs = run_model_episodes(config, loaded, seeds, split, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     role = roles(get_spec(config.env))

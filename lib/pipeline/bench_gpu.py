@@ -246,15 +246,7 @@ def run_bench(
             _sync()
             began = time.perf_counter()
             episodes, actions = run_model_episodes(
-                model,
-                tokenizer,
-                source,
-                config.env,
-                range(eval_episodes),
-                "holdout",
-                batch_size=config.eval.batch_size,
-                max_new_tokens=config.grpo.max_completion_length,
-                desc="bench/evaluate",
+                config, (model, tokenizer, source), range(eval_episodes), "holdout", desc="bench/evaluate"
             )
             _sync()
             eval_s = time.perf_counter() - began

@@ -37,15 +37,7 @@ def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) ->
     sha_before_load = weights_sha256(model_dir)
     model, tokenizer, source = load_policy_model(model_dir, config.model)
     episodes_run, actions = run_model_episodes(
-        model,
-        tokenizer,
-        source,
-        config.env,
-        range(episodes),
-        "holdout",
-        batch_size=1,
-        max_new_tokens=config.grpo.max_completion_length,
-        desc="postsave",
+        config, (model, tokenizer, source), range(episodes), "holdout", desc="postsave", batch_size=1
     )
     latencies = [a["latency_s"] for a in actions]
     atomic_write_json(

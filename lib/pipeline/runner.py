@@ -94,3 +94,72 @@ def run_stages(
             ) from None
         executed.append(target)
     return executed
+
+
+def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Path | None:
+    """`python -m lib run`: execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print
+    the gate's verdict. Returns the run folder, or None when a stage failed."""
+    import sys
+
+    import papermill
+
+    from ..config import load_config
+    from ..io import read_json
+    from ..reporting.gate import format_verdict
+    from ..runs import new_run_id
+
+    load_config(profile, overrides)  # a bad profile or override fails here, before any kernel starts
+    run_id = run_id or new_run_id(profile)
+    plan(run_id, profile, stages)
+    parameters = {"PROFILE": profile, "RUN_ID": run_id, "STAGES": stages or [], "OVERRIDES": overrides}
+    runner = REPO / "One_Run_Runner.ipynb"
+    check_parameters(runner, parameters)
+    target = REPO / "outputs" / run_id / "One_Run_Runner.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"running {profile} as outputs/{run_id} (executed runner: {target})", flush=True)
+    try:
+        papermill.execute_notebook(
+            str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False, log_output=True
+        )
+    except papermill.PapermillExecutionError as error:
+        print(
+            f"error: {error.ename}: {error.evalue}\nopen {target} (cell {error.exec_count}) for the traceback",
+            file=sys.stderr,
+        )
+        return None
+    gate = target.parent / "gate.json"
+    if gate.exists():
+        print(format_verdict(read_json(gate)))
+    print(f"report: {target.parent / 'report.md'}")
+    return target.parent
+
+
+def env_profile(profile: str, env: str) -> tuple[str, dict]:
+    """The profile for one environment of a multi-environment run: `<profile>-<env>` when it exists, else
+    `<profile>` with `env` overridden."""
+    from ..config import available_profiles
+
+    own = f"{profile}-{env}"
+    return (own, {}) if own in available_profiles() else (profile, {"env": env})
+
+
+def run_environments(profile: str, envs: list[str], stages, overrides: dict) -> Path | None:
+    """`python -m lib run --envs ...`: one run per environment, then one environment x policy table
+    (outputs/summary-<time>.md). Returns the table's path, or None when a run failed."""
+    from ..io import atomic_write_text
+    from ..reporting.summary import environment_table
+    from ..runs import now
+
+    done = []
+    for env in envs:
+        env_profile_name, env_override = env_profile(profile, env)
+        run_dir = run_profile(env_profile_name, None, stages, {**env_override, **overrides})
+        if run_dir is None:
+            return None
+        done.append(run_dir)
+    table = environment_table(done)
+    path = REPO / "outputs" / f"summary-{now().replace(':', '').replace('-', '')[:15]}.md"
+    atomic_write_text(path, f"Runs: {', '.join(d.name for d in done)}\n\n{table}\n")
+    print(table)
+    print(f"summary: {path}")
+    return path

@@ -130,7 +130,7 @@ def grpo_reward(run_dir: Path) -> Figure:
 
 def exploration(run_dir: Path) -> Figure:
     """Per GRPO step: how often some sample beat the teacher's own action at its state, by how much the best
-    sample beat it, and the policy's entropy over the candidate set (lib/explore.py)."""
+    sample beat it, and the policy's entropy over the candidate set (lib/training/explore.py)."""
     rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
     figure, axes = _figure(ncols=3, width=4.5)
     panels = (

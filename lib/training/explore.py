@@ -1,6 +1,6 @@
 """Exploration, measured: can GRPO sample what beats the teacher?
 
-Used every GRPO step by the reward function (lib/train.py), which logs
+Used every GRPO step by the reward function (lib/training/train.py), which logs
 - `explore/beats_reference`: the share of groups in which some sample scores above the reference policy's own
   action at that state (the corpus row's `reference_return`, scored the same way);
 - `explore/best_minus_reference`: the mean over groups of the best sample's return minus that reference return;

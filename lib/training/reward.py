@@ -1,6 +1,6 @@
 """The GRPO reward, step mode: the environment's verdict on each completion, plus the per-step env/* and explore/*
-metrics. Used by the grpo stage (lib/train.py) and the anti-hacking suite (lib/antihack.py), so training and the
-attacks are scored by the same function.
+metrics. Used by the grpo stage (lib/training/train.py) and the anti-hacking suite (lib/evaluation/antihack.py),
+so training and the attacks are scored by the same function.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     explore_env = spec.make_env()
 
     def log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric) -> None:
-        """explore/* metrics (lib/explore.py): did some sample beat the reference's own action at its state, and
-        how spread is the policy over the candidate set there."""
+        """explore/* metrics (lib/training/explore.py): did some sample beat the reference's own action at its
+        state, and how spread is the policy over the candidate set there."""
         if reference_return is None or log_metric is None:
             return
         injected = max(1, round(g.cover_share * g.num_generations)) if g.group_sampling == "cover_candidates" else 0

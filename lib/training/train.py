@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import math
 import resource
 import shutil
 import time
@@ -26,33 +25,8 @@ from ..runs import Run, seed_everything
 from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from .corpus import read_jsonl
 from .explore import candidate_cover_rollout
+from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length, check_prompt_length
 from .reward import make_reward_function
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss; the run stopped and the last good checkpoint was kept."""
-
-
-class PromptTooLongError(ValueError):
-    """A prompt is longer than grpo.max_prompt_length tokens; prompts are never silently truncated."""
-
-
-class AnswerTooLongError(ValueError):
-    """An answer of the corpus needs more tokens than grpo.max_completion_length, so GRPO sampling and evaluation
-    (which generate at most that many) would cut it off and every such answer would be invalid."""
-
-
-def check_answer_length(tokenizer, answers: list[str], limit: int) -> int:
-    """The most tokens an answer takes, its end-of-turn token included; an error if that exceeds `limit`."""
-    longest = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
-    if longest > limit:
-        example = max(answers, key=len)
-        raise AnswerTooLongError(
-            f"answers take up to {longest} tokens with the end-of-turn token (e.g. {example!r}), but "
-            f"grpo.max_completion_length is {limit}: GRPO and evaluation would cut them off; "
-            f"raise it to {longest} or more"
-        )
-    return longest
 
 
 def _precision_flags(config: RunConfig) -> dict:
@@ -92,21 +66,6 @@ class JsonlLogger(TrainerCallback):
             self._last = (record["time"], record["num_tokens"])
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
-
-
-class FiniteLossGuard(TrainerCallback):
-    """Stops training at the first NaN/inf loss, before anything is saved from that step."""
-
-    def __init__(self):
-        self.bad_step: int | None = None
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        for key in ("loss", "grad_norm"):
-            value = (logs or {}).get(key)
-            if value is not None and not math.isfinite(value):
-                self.bad_step = state.global_step
-                control.should_training_stop = True
-                control.should_save = False
 
 
 def _sft_dataset(rows: list[dict]) -> Dataset:
@@ -219,20 +178,7 @@ def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
 
 
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
-    too_long = []
-    for i, r in enumerate(rows):
-        n = len(
-            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
-                "input_ids"
-            ]
-        )
-        if n > max_prompt_length:
-            too_long.append((i, n))
-    if too_long:
-        raise PromptTooLongError(
-            f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
-            f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts"
-        )
+    check_prompt_length(tokenizer, [r["prompt"] for r in rows], max_prompt_length)
     return Dataset.from_list(
         [
             {

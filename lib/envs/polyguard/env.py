@@ -11,13 +11,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from ..base import Candidate, Environment, StepResult, combine, split_seed
 from .kb import KnowledgeBase, default_kb
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import Patient, Problem, detect_problems, generate, renal_applies
 
-MAX_CONSECUTIVE_INVALID = 3
 ACTION_TEXT = {
     "gather": "gather evidence on {}",
     "stop": "stop {}",
@@ -86,27 +85,17 @@ class PolyGuardEnv(Environment):
         return self._obs
 
     def step(self, action_text: str) -> StepResult:
-        if self._done:
-            raise RuntimeError("episode is over: call reset() first")
-        parsed = parse_action(action_text, self._obs.candidates)
-        self._steps += 1
+        candidate, info = self._read_answer(action_text)
         self._regimen_changed = False
         exploit = None
         end_reason = None
-        if isinstance(parsed, Invalid):
-            self.history.append("")  # any invalid text replays identically
-            self._consecutive_invalid += 1
+        if candidate is None:
             reward = INVALID_PENALTY
-            info: dict[str, Any] = {"invalid": parsed.reason}
-            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+            if self._invalid_limit_hit:
                 end_reason = "invalid_limit"
         else:
-            self.history.append(action_text.strip())
             self._valid += 1
-            self._consecutive_invalid = 0
             reward = 0.0
-            candidate = parsed.candidate
-            info = {"action": candidate.text, "action_key": list(candidate.key)}
             exploit, end_reason = self._apply(candidate)
         if end_reason is None and self._steps >= self.budget:
             end_reason = "budget"
@@ -164,10 +153,6 @@ class PolyGuardEnv(Environment):
             "problems": [p.__dict__ for p in sorted(self.current_problems(), key=_problem_key)],
             "return_so_far": self._total,
         }
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     def current_problems(self) -> frozenset[Problem]:
         """Hidden state: the problems in the current regimen (the oracle may read this; models may not)."""

@@ -9,26 +9,23 @@ reports, its own verify results and worker telemetry it asked for; never a worke
 
 from __future__ import annotations
 
-import math
 import random
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from ..base import Candidate, Environment, StepResult, combine, split_seed
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import generate
+from .state import EPS, LIE_TOLERANCE, Gpu, Job, Observation, Worker, WorkerView
 
-MAX_CONSECUTIVE_INVALID = 3
 QUEUE_SHOWN = 3  # queued jobs offered for allocation: the most urgent ones that can still meet their deadline
 RUNNING_SHOWN = 3  # running jobs offered for verify/preempt: failed GPU, report ahead, doubtful worker, priority
 CLAIMS_SHOWN = 3  # unverified "done" claims offered for verify
 OVERREPORT = 0.4  # an overreporting worker adds this to the true progress it reports
-LIE_TOLERANCE = 0.05  # a report this far above the truth is a lie (and a verify catches it)
 AUDIT_COOLDOWN = 3  # verifying a job, or asking a worker for telemetry, again within this many ticks is spam
 CHURN_TICKS = 3  # preempting a job on a working GPU within this many ticks of allocating it is churn
 IDLE_LIMIT = 4  # this many waits in a row while an allocation was offered is an idle loop
 TELEMETRY_WINDOW = 3  # ticks of throughput a worker's telemetry covers
-EPS = 1e-9
 ACTION_TEXT = {
     "alloc": "allocate {} to {}",
     "preempt": "preempt {}",
@@ -36,128 +33,6 @@ ACTION_TEXT = {
     "info": "request telemetry from {}",
     "wait": "wait one tick",
 }
-
-
-class Job:
-    """One job. `status` is public (queued, running, claimed, confirmed, timed_out; pending before arrival);
-    `progress`, `done_at`, `lied` and `on_time` are hidden truth that only the reward and the oracle read."""
-
-    __slots__ = (
-        "index",
-        "name",
-        "priority",
-        "memory",
-        "work",
-        "arrival",
-        "deadline",
-        "status",
-        "progress",
-        "reported",
-        "gpu",
-        "alloc_tick",
-        "base",
-        "ran",
-        "last_audit",
-        "done_at",
-        "lied",
-        "caught",
-        "claim_tick",
-        "claimed_by",
-        "early",
-        "paused",
-    )
-
-    def __init__(self, index: int, spec):
-        self.index, self.name, self.priority, self.memory = index, spec.name, spec.priority, spec.memory
-        self.work, self.arrival, self.deadline = spec.work, spec.arrival, spec.deadline
-        self.status = "pending"
-        self.progress = self.reported = self.base = 0.0  # true, last reported (or verified), known at allocation
-        self.gpu: Gpu | None = None
-        self.alloc_tick = self.last_audit = self.done_at = self.claim_tick = None
-        self.ran = 0  # ticks run on a working GPU since allocation (or since the last verify)
-        self.lied = self.caught = self.early = self.paused = False
-        self.claimed_by: Worker | None = None
-
-    @property
-    def on_time(self) -> bool:
-        return self.done_at is not None and self.done_at <= self.deadline
-
-    def left(self) -> int:
-        """Ticks of full-speed work still needed, as far as the scheduler knows (from the reported progress)."""
-        return max(0, math.ceil((1.0 - self.reported) * self.work - EPS))
-
-    def expected(self) -> float:
-        """The progress an honest full-speed worker would report now (public: known start plus ticks run)."""
-        return min(1.0, self.base + self.ran / self.work)
-
-
-class Gpu:
-    __slots__ = ("index", "name", "memory", "worker", "used", "jobs", "down", "failures")
-
-    def __init__(self, index: int, spec, worker: Worker):
-        self.index, self.name, self.memory, self.worker = index, spec.name, spec.memory, worker
-        self.used = 0
-        self.jobs: list[Job] = []
-        self.failures = 0  # failures in progress (two may overlap); the GPU is down while any is
-        self.down = False
-
-    @property
-    def free(self) -> int:
-        return self.memory - self.used
-
-
-class Worker:
-    """A node agent running its GPUs' jobs. `behaviour` is hidden; `ok`, `caught` and `info` are what the
-    scheduler has earned by verifying its reports and asking for its telemetry."""
-
-    __slots__ = ("index", "name", "behaviour", "gpus", "active", "window", "ok", "caught", "info", "last_info")
-
-    def __init__(self, index: int, behaviour: str):
-        self.index, self.name, self.behaviour = index, f"W{index + 1}", behaviour
-        self.gpus: list[Gpu] = []
-        self.active = 0  # ticks in which it ran at least one job (a degrading worker stalls after its onset)
-        self.window: list[tuple[float, int]] = []  # (work done, job-ticks) of its last TELEMETRY_WINDOW ticks
-        self.ok = self.caught = 0
-        self.info: int | None = None  # last telemetry: throughput in % of full speed, -1 for no data
-        self.last_info: int | None = None
-
-
-class WorkerView(NamedTuple):
-    name: str
-    gpus: str  # "G1-G4"
-    free: tuple[tuple[str, int], ...]  # working GPUs with free memory: (name, free GB)
-    down: tuple[str, ...]
-    ok: int  # verifies that found its report honest
-    caught: int  # verifies that caught it reporting more progress than was made
-    info: int | None  # last telemetry, % of full speed (-1: no jobs ran in its window); None if never asked
-    info_tick: int | None
-
-
-class JobView(NamedTuple):
-    name: str
-    priority: int
-    memory: int
-    left: int  # full-speed ticks still needed, from the known progress
-    due: int
-    gpu: str  # running: its GPU
-    worker: str  # running: its GPU's worker; claimed: the worker that claimed it
-    reported: int  # % progress last reported (or verified)
-    expected: int  # % an honest full-speed worker would report now
-    flag: str  # "down" (GPU failed), "ahead" (report above expected), "early" (claimed before expected), ""
-    tick: int  # running: the tick it was allocated; claimed: the tick of the claim
-    audited: int | None  # the tick of the scheduler's last verify of this job
-
-
-class Observation(NamedTuple):
-    tick: int
-    horizon: int
-    counts: tuple[tuple[str, int], ...]  # public status -> number of jobs
-    hopeless: int  # queued jobs that can no longer meet their deadline
-    workers: tuple[WorkerView, ...]
-    queue: tuple[JobView, ...]
-    running: tuple[JobView, ...]
-    claims: tuple[JobView, ...]
-    candidates: tuple[Candidate, ...]
 
 
 class SentinelClusterEnv(Environment):
@@ -194,24 +69,14 @@ class SentinelClusterEnv(Environment):
         return self._obs
 
     def step(self, action_text: str) -> StepResult:
-        if self._done:
-            raise RuntimeError("episode is over: call reset() first")
-        parsed = parse_action(action_text, self._obs.candidates)
-        self._steps += 1
+        candidate, info = self._read_answer(action_text)
         exploit = end_reason = None
-        if isinstance(parsed, Invalid):
-            self.history.append("")  # any invalid text replays identically
-            self._consecutive_invalid += 1
+        if candidate is None:
             reward = INVALID_PENALTY
-            info: dict[str, Any] = {"invalid": parsed.reason}
-            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+            if self._invalid_limit_hit:
                 end_reason = "invalid_limit"
         else:
-            self.history.append(action_text.strip())
-            self._consecutive_invalid = 0
             reward = 0.0
-            candidate = parsed.candidate
-            info = {"action": candidate.text, "action_key": list(candidate.key)}
             exploit = self._apply(candidate)
             if exploit is not None:
                 end_reason = "exploit"
@@ -275,10 +140,6 @@ class SentinelClusterEnv(Environment):
             },
             "return_so_far": self._total,
         }
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     def render(self, observation: Observation) -> list[dict[str, str]]:
         return render(observation)
@@ -438,29 +299,6 @@ class SentinelClusterEnv(Environment):
 
     # ---- observation ----------------------------------------------------------------------------
 
-    def _view(self, job: Job) -> JobView:
-        gpu = job.gpu
-        expected = job.expected() if job.status == "running" else 0.0
-        if job.status == "running":
-            flag = "down" if gpu.down else "ahead" if job.reported > expected + LIE_TOLERANCE else ""
-        else:
-            flag = "early" if job.status == "claimed" and job.early else ""
-        worker = gpu.worker.name if gpu else job.claimed_by.name if job.claimed_by else ""
-        return JobView(
-            job.name,
-            job.priority,
-            job.memory,
-            job.left(),
-            job.deadline,
-            gpu.name if gpu else "",
-            worker,
-            round(100 * job.reported),
-            round(100 * expected),
-            flag,
-            job.alloc_tick if job.status == "running" else job.claim_tick,
-            job.last_audit,
-        )
-
     def _observe(self) -> Observation:
         t = self.tick
         counts: dict[str, int] = {}
@@ -507,15 +345,15 @@ class SentinelClusterEnv(Environment):
             )
             for w in self.workers
         )
-        shown_running = tuple(self._view(j) for j in running[:RUNNING_SHOWN])
-        shown_claims = tuple(self._view(j) for j in claims[:CLAIMS_SHOWN])
+        shown_running = tuple(j.view() for j in running[:RUNNING_SHOWN])
+        shown_claims = tuple(j.view() for j in claims[:CLAIMS_SHOWN])
         return Observation(
             t,
             self.horizon,
             tuple(sorted(counts.items())),
             hopeless,
             workers,
-            tuple(self._view(j) for j in shown_queue),
+            tuple(j.view() for j in shown_queue),
             shown_running,
             shown_claims,
             self._candidates(shown_queue, shown_running, shown_claims),

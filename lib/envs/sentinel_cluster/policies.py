@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..base import Policy, format_action
 from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, by_kind, first_of_kinds
-from .env import AUDIT_COOLDOWN, CHURN_TICKS, Observation, SentinelClusterEnv
+from .env import AUDIT_COOLDOWN, CHURN_TICKS, SentinelClusterEnv
+from .state import Observation
 
 
 def _free(observation: Observation) -> dict[str, tuple[int, str]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .env import JobView, Observation, WorkerView
+    from .state import JobView, Observation, WorkerView
 
 SYSTEM_PROMPT = (
     "Schedule jobs on a GPU cluster; each answer takes one tick. Workers report progress and say when a job is "

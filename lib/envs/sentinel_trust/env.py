@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Candidate, Environment, Invalid, StepResult, combine, parse_action, split_seed
+from ..base import Candidate, Environment, StepResult, combine, split_seed
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import (
@@ -29,7 +29,6 @@ from .scenario import (
     turned,
 )
 
-MAX_CONSECUTIVE_INVALID = 3
 INVALID_COST = 1  # an invalid answer burns one step of the budget
 VERIFY_FREE = 2  # verifications allowed beyond one per two decisions
 LOOP_LENGTH = 3  # this many skips (or solo solves) in a row is a loop
@@ -126,32 +125,22 @@ class SentinelTrustEnv(Environment):
         return self._obs
 
     def step(self, action_text: str) -> StepResult:
-        if self._done:
-            raise RuntimeError("episode is over: call reset() first")
-        parsed = parse_action(action_text, self._obs.candidates)
-        self._steps += 1
+        candidate, info = self._read_answer(action_text)
         exploit = end_reason = None
-        if isinstance(parsed, Invalid):
-            self.history.append("")  # any invalid text replays identically
-            self._consecutive_invalid += 1
+        if candidate is None:
             self.budget_left -= INVALID_COST
             self._last = "invalid answer, one step lost"
             reward = INVALID_PENALTY
-            info: dict[str, Any] = {"invalid": parsed.reason}
-            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+            if self._invalid_limit_hit:
                 end_reason = "invalid_limit"
         else:
-            self.history.append(action_text.strip())
-            self._consecutive_invalid = 0
             reward = 0.0
-            candidate = parsed.candidate
             exploit = self._rule_hit(candidate)
             if exploit:
                 end_reason = "exploit"
-                outcome = "refused"
+                info["outcome"] = "refused"
             else:
-                outcome = self._apply(candidate)
-            info = {"action": candidate.text, "action_key": list(candidate.key), "outcome": outcome}
+                info["outcome"] = self._apply(candidate)
         if end_reason is None:
             if self.index >= len(self.outcomes):
                 end_reason = "complete"
@@ -209,10 +198,6 @@ class SentinelTrustEnv(Environment):
             "calls": list(self.calls),
             "return_so_far": self._total,
         }
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     def render(self, observation: Observation) -> list[dict[str, str]]:
         return render(observation)

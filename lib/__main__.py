@@ -219,9 +219,12 @@ def _quickcheck(args) -> int:
 
 def _summary(args) -> int:
     from .io import atomic_write_text
-    from .reporting.summary import environment_table, run_results
+    from .reporting.summary import environment_table, run_results, seed_table
 
-    text = run_results(args.runs[0]) if len(args.runs) == 1 else environment_table(args.runs)
+    if args.seeds:
+        text = seed_table(args.runs)
+    else:
+        text = run_results(args.runs[0]) if len(args.runs) == 1 else environment_table(args.runs)
     print(text)
     if args.out:
         atomic_write_text(args.out, text + "\n")
@@ -357,6 +360,11 @@ def main(argv=None) -> int:
         "summary", help="Markdown results from finished runs: one run's table, or environment x policy"
     )
     u.add_argument("runs", nargs="+", type=Path)
+    u.add_argument(
+        "--seeds",
+        action="store_true",
+        help="one row per environment x seed x split: SFT, GRPO, teacher, improver, oracle, GRPO - teacher, gaps",
+    )
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)
     i = verbs.add_parser(

@@ -32,6 +32,19 @@ class CorpusConfig(Strict):
         description="label of a noisy step's row: the teacher's action (DART), or the action executed "
         "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)",
     )
+    sft_label_smoothing: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="label smoothing over the offered answers: the share of SFT rows labelled with a uniformly "
+        "drawn other candidate of their state, so the SFT policy keeps every candidate in its support",
+    )
+    sft_policy: str | None = Field(
+        None,
+        description="whose actions label the SFT rows; unset: the environment's teacher. 'improver' (the teacher's "
+        "one-step policy improvement, which looks ahead with the simulator) is a diagnostic only: can the model "
+        "represent a better policy at all",
+    )
     grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
     grpo_rollout_policies: list[str] | None = Field(
         None, description="whose rollouts GRPO states come from; unset: the environment's rollout_policies"
@@ -86,6 +99,12 @@ class ModelConfig(Strict):
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
     sft_full_finetune: bool = Field(True, description="tiny: train all weights in SFT (from scratch)")
+    action_space: Literal["candidates", "free"] = Field(
+        "candidates",
+        description="how the model acts, in GRPO sampling, evaluation and post-save: candidates (its policy is the "
+        "likelihood of each offered answer, renormalised over the candidates: valid by construction; "
+        "lib/candidates.py) or free (it generates text the environment parses; invalid text is penalised)",
+    )
     use_unsloth: Literal["auto", "never"] = "auto"
     load_in_4bit: bool = False
     precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
@@ -117,7 +136,12 @@ class GRPOStageConfig(Strict):
     learning_rate: float = Field(gt=0)
     max_completion_length: int = Field(16, ge=4)
     max_prompt_length: int = Field(1024, ge=64, description="longer prompts are an error, never truncated")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="sampling temperature of GRPO's groups (over the candidates, or over tokens with free text); "
+        "1 samples on-policy",
+    )
     top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
     epsilon_high: float | None = Field(
@@ -137,20 +161,6 @@ class GRPOStageConfig(Strict):
         "group",
         description="TRL's advantage scaling: by the group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)",
     )
-    group_sampling: Literal["iid", "cover_candidates"] = Field(
-        "iid",
-        description="iid: every completion of a group is sampled from the policy (plain GRPO); "
-        "cover_candidates: the last cover_share of each group are candidate answers the group did not sample "
-        "(guided exploration through TRL's rollout_func; not i.i.d. sampling, and reported as such)",
-    )
-    cover_share: float = Field(
-        0.25, gt=0, lt=1, description="cover_candidates: share of each group replaced by unsampled candidate answers"
-    )
-    log_candidate_entropy: bool = Field(
-        True,
-        description="log explore/candidate_entropy each step: the policy's "
-        "entropy over the candidate set at the step's states (one extra forward pass)",
-    )
     gradient_checkpointing: bool = Field(
         True,
         description="as sft.gradient_checkpointing; sampling always runs without it "
@@ -168,6 +178,17 @@ class GRPOStageConfig(Strict):
     )
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
+    validate_every: int = Field(
+        0,
+        ge=0,
+        description="every this many steps (and at the first and last) the policy plays greedy closed-loop "
+        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); 0: never",
+    )
+    validation_episodes: int = Field(32, ge=1, description="validation seeds (train split, their own seed block)")
+    keep: Literal["best", "last"] = Field(
+        "best",
+        description="with validation: the adapter the run keeps, the best validation point's or the last step's",
+    )
     logging_steps: int = Field(1, ge=1)
     sample_completions: int = Field(4, ge=0)
 
@@ -184,6 +205,12 @@ class EvalConfig(Strict):
     episodes: int = Field(ge=1)
     train_episodes: int = Field(ge=1)
     splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
+    improver_episodes: int | None = Field(
+        None,
+        ge=1,
+        description="episodes per split the improver reference plays (its lookahead scores every candidate "
+        "at every step, slow on long episodes); None: all of them",
+    )
     bootstrap_resamples: int = Field(2000, ge=100)
     batch_size: int = Field(
         256,
@@ -191,8 +218,11 @@ class EvalConfig(Strict):
         description="episodes played in lockstep: one generate call answers every live "
         "episode's state, and a finished episode's slot goes to the next seed",
     )
-    ablations: list[Literal["sampled", "veto", "no_sft"]] = Field(
-        ["sampled", "veto"], description="measured ablations; no_sft trains a second GRPO run from the untrained model"
+    ablations: list[Literal["sampled", "free_text", "veto", "no_sft"]] = Field(
+        ["sampled", "free_text"],
+        description="measured ablations: sampled decoding; free_text (the model generates text instead of choosing "
+        "among the candidates: its validity rate); veto (free text re-asked when invalid); no_sft trains a second "
+        "GRPO run from the untrained model",
     )
     ablation_episodes: int = Field(100, ge=1)
     veto_k: int = Field(3, ge=1, description="legality veto: re-ask an invalid output up to k times")
@@ -243,6 +273,7 @@ class RunConfig(Strict):
         named = {
             "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
             "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or [],
+            "corpus.sft_policy": [self.corpus.sft_policy] if self.corpus.sft_policy not in (None, "improver") else [],
         }
         for key, names in named.items():
             unknown = sorted(set(names) - set(spec.policies))

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .envs.base import format_action
+from .envs.base import Policy, format_action
 
 
 @dataclass
@@ -247,3 +247,36 @@ def teacher_states(env, policy, seeds, split: str) -> list[tuple[int, list[str]]
         for seed in seeds
         for t in run_episode(env, policy, seed, split, keep_transitions=True).transitions
     ]
+
+
+class Improver(Policy):
+    """The policy-improvement reference: at every state it takes the candidate whose return is highest
+    when `reference` (the teacher) finishes the episode from there: the argmax of the teacher's Q. By the
+    policy-improvement theorem it is at least as good as the teacher. It looks ahead with the simulator, so it
+    is a reference for what step-mode GRPO optimises, not a competitor. Ties keep the teacher's own answer."""
+
+    name = "improver"
+
+    def __init__(self, spec, reference: str | None = None):
+        self.spec, self.reference = spec, reference or spec.teacher
+        self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
+
+    def begin(self, seed: int) -> None:
+        self.seed = seed
+        self.teacher = self.spec.make_policy(self.reference)  # its own, also in a copy made per episode
+        self.teacher.begin(seed)
+
+    def act(self, observation, env) -> str:
+        returns = candidate_returns(
+            self.scratch, self.seed, env.split, list(env.history), observation, self.spec.make_policy(self.reference)
+        )
+        own = self.teacher.act(observation, env)
+        best = max(returns.values())
+        if returns.get(own, float("-inf")) >= best - 1e-12:
+            return own
+        return next(answer for answer, value in returns.items() if value >= best - 1e-12)
+
+
+def scripted_policy(spec, name: str) -> Policy:
+    """One of the environment's own policies by name, or the generic `improver` reference built on its teacher."""
+    return Improver(spec) if name == Improver.name else spec.make_policy(name)

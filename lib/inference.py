@@ -55,15 +55,57 @@ def generate_actions(
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
 
-def model_actor(model, tokenizer, *, greedy: bool = True, max_new_tokens: int = 16, veto_k: int = 0):
-    """An actor for `episodes.play`: one generate call answers every live episode's current state.
+def candidate_actor(model, tokenizer, *, greedy: bool = True, temperature: float = 1.0, generator=None):
+    """An actor for `episodes.play` that chooses among the offered candidates (`model.action_space: candidates`):
+    every live episode's candidates are scored in one batched pass (lib/candidates.py) and the most likely one is
+    answered (greedy), or one is sampled from the softmax at `temperature`. Answers are valid by construction; each
+    episode's `extra["p_action"]` is the probability the policy gave the answer it chose."""
+    from .candidates import answers, choose, distribution, score_answers
 
-    With `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled, up to
-    `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
+    def act(live) -> list[str]:
+        options = [answers(e.observation) for e in live]
+        scores = score_answers(model, tokenizer, [e.env.render(e.observation) for e in live], options)
+        texts = []
+        for entry, offered, logprobs in zip(live, options, scores):
+            probs = distribution(logprobs, temperature)
+            [index] = choose(probs, greedy=greedy, generator=generator)
+            entry.extra["p_action"] = round(probs[index], 6)
+            texts.append(offered[index])
+        return texts
+
+    return act
+
+
+def model_actor(
+    model,
+    tokenizer,
+    *,
+    action_space: str = "free",
+    greedy: bool = True,
+    max_new_tokens: int = 16,
+    veto_k: int = 0,
+    temperature: float = 1.0,
+    generator=None,
+):
+    """The model as an actor for `episodes.play`: choosing among the candidates (`action_space="candidates"`,
+    `candidate_actor`), or generating free text that the environment parses (`"free"`), where one generate call
+    answers every live episode's current state.
+
+    With free text and `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled,
+    up to `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
+    if action_space == "candidates":
+        return candidate_actor(model, tokenizer, greedy=greedy, temperature=temperature, generator=generator)
+    if action_space != "free":
+        raise ValueError(f"unknown action_space {action_space!r}: 'candidates' or 'free'")
 
     def act(live) -> list[str]:
         texts = generate_actions(
-            model, tokenizer, [e.env.render(e.observation) for e in live], greedy=greedy, max_new_tokens=max_new_tokens
+            model,
+            tokenizer,
+            [e.env.render(e.observation) for e in live],
+            greedy=greedy,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
         )
         retries = [0] * len(live)
         for _ in range(veto_k):

@@ -198,3 +198,42 @@ def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much()
     assert sum(r["best_return"] - r["reference_return"] >= 0.2 for r in loose) < 15  # 0.05 lets small gains in
     with pytest.raises(ValueError, match="grpo_improvable_margin"):
         load_config("cpu-smoke", {"corpus.grpo_improvable_margin": 0.01})
+
+
+def test_grpo_rows_record_every_candidates_return_and_the_references_answer(corpus_run):
+    run, record = corpus_run
+    env = PolyGuardEnv()
+    for r in read_jsonl(record["outputs"]["grpo_prompts.jsonl"])[:5]:
+        offered = {json.dumps({"action": c.id}) for c in env.restore(r["seed"], r["split"], r["history"]).candidates}
+        assert set(r["returns"]) == offered
+        assert r["returns"][r["reference_answer"]] == r["reference_return"]
+        assert max(r["returns"].values()) == r["best_return"]
+
+
+def test_label_smoothing_labels_that_share_of_rows_with_another_offered_candidate():
+    from lib.training.corpus import sft_rows
+
+    env = PolyGuardEnv()
+    plain = sft_rows(SPEC, env, range(40))
+    smoothed = sft_rows(SPEC, env, range(40), smoothing=0.3)
+    assert [r["prompt"] for r in plain] == [r["prompt"] for r in smoothed]  # the same states
+    changed = [r for r in smoothed if r["label_source"] == "smoothed"]
+    assert 0.2 < len(changed) / len(smoothed) < 0.4
+    for row in changed:
+        answer = row["completion"][0]["content"]
+        assert answer != row["teacher"]
+        state = env.restore(row["seed"], "train", row["history"])
+        assert answer in {json.dumps({"action": c.id}) for c in state.candidates}
+    assert all(r["completion"][0]["content"] == r["teacher"] for r in smoothed if r["label_source"] == "teacher")
+
+
+def test_sft_rows_can_be_labelled_by_the_improver_as_a_diagnostic():
+    from lib.episodes import Improver
+    from lib.training.corpus import sft_rows
+
+    env = PolyGuardEnv()
+    rows = sft_rows(SPEC, env, range(6), teacher="improver")
+    assert rows and all(r["completion"][0]["content"] == r["teacher"] for r in rows)
+    assert load_config("cpu-smoke", {"corpus.sft_policy": "improver"}).corpus.sft_policy == Improver.name
+    with pytest.raises(ValueError, match="corpus.sft_policy"):
+        load_config("cpu-smoke", {"corpus.sft_policy": "nobody"})

@@ -32,7 +32,7 @@ MICRO = {
     "eval.episodes": 6,
     "eval.train_episodes": 4,
     "eval.ablation_episodes": 4,
-    "eval.ablations": ["sampled", "veto", "no_sft"],
+    "eval.ablations": ["sampled", "free_text", "veto", "no_sft"],
     "eval.bootstrap_resamples": 200,
     "export.check_prompts": 3,
     "export.postsave_episodes": 2,
@@ -78,7 +78,9 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
     report = json.loads((run.dir / "evaluate" / "eval.json").read_text())
     assert set(report["splits"]) == {"holdout", "holdout_novel", "train"}
     for split in report["splits"].values():
-        assert set(split["policies"]) == {"untrained", "sft", "grpo", *BASELINES}
+        assert set(split["policies"]) == {"untrained", "sft", "grpo", "improver", *BASELINES}
+        assert split["policies"]["improver"]["kind"] == "reference"
+        assert all(split["policies"][m]["invalid_rate"] == 0 for m in ("untrained", "sft", "grpo"))  # candidates
         assert set(split["paired"]) == {"grpo-sft", "grpo-teacher", "sft-teacher"}
         for summary in split["policies"].values():
             lo, hi = summary["ci95"]
@@ -90,8 +92,12 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
     )
     assert report["improved"] == (report["splits"]["holdout"]["paired"]["grpo-sft"]["ci95"][0] > 0)
     assert report["backends"] == {"sft": "trl_transformers", "grpo": "trl_transformers"}
-    assert set(report["ablations"]) == {"sampled", "veto", "no_sft"}
+    assert set(report["ablations"]) == {"sampled", "free_text", "veto", "no_sft"}
     assert report["ablations"]["veto"]["veto_retries_per_action"] >= 0
+    assert 0 <= report["ablations"]["free_text"]["invalid_rate"] <= 1  # the validity diagnostic of free text
+    assert report["roles"]["improver"] == "improver"
+    holdout = report["splits"]["holdout"]
+    assert "gap_closure_improver" in holdout and "gap_closure" in holdout
     assert json.loads((run.dir / "grpo_no_sft" / "stage.json").read_text())["inputs"]["base_model"].endswith(
         "base_model"
     )
@@ -310,25 +316,26 @@ def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done
 
 
 def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_seed(done, monkeypatch):
+    import lib.candidates as candidates
     import lib.evaluation.closed_loop as evaluate
     import lib.inference as inference
 
     config, run = done
     model, tokenizer, source = inference.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
     calls = []
-    real = inference.generate_actions
+    real = candidates.score_answers
 
-    def spy(model, tokenizer, message_batches, **kwargs):
+    def spy(model, tokenizer, message_batches, *args, **kwargs):
         calls.append(len(message_batches))
-        return real(model, tokenizer, message_batches, **kwargs)
+        return real(model, tokenizer, message_batches, *args, **kwargs)
 
-    monkeypatch.setattr(inference, "generate_actions", spy)
+    monkeypatch.setattr(candidates, "score_answers", spy)
     seeds = range(10)
     episodes, actions = evaluate.run_model_episodes(
         config, (model, tokenizer, source), seeds, "holdout", desc="lockstep", batch_size=4
     )
     assert [e.seed for e in episodes] == list(seeds)
-    assert sum(calls) == len(actions) == sum(e.steps for e in episodes)  # one generate answer per action, none wasted
+    assert sum(calls) == len(actions) == sum(e.steps for e in episodes)  # one scored state per action, none wasted
     assert calls[0] == 4 and max(calls) == 4  # every live episode in one call, never more than batch_size
     # refill: some call after the first serves an episode at its first step next to others further on
     first_steps = [a for a in actions if a["step"] == 1]

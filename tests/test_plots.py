@@ -85,10 +85,18 @@ def run_dir(tmp_path_factory):
             "explore/beats_reference": 0.05 * s,
             "explore/best_minus_reference": 0.01 * s - 0.02,
             "explore/candidate_entropy": 1.0 / s,
+            "explore/p_best": 0.02 * s,
         }
         for s in range(1, 6)
     ]
     _write(run / plots.GRPO_LOG, grpo_log)
+    _write(
+        run / plots.VALIDATION,
+        [
+            {"step": s, "n": 8, "mean_return": m, "ci95": [m - 0.1, m + 0.1], "invalid_rate": 0.0}
+            for s, m in ((0, 0.5), (2, 0.6), (4, 0.55))
+        ],
+    )
     report, records = _evaluation()
     _write(run / plots.EVAL, report)
     _write(run / plots.EPISODES, records)
@@ -172,3 +180,9 @@ def test_plotted_values_are_the_input_values(run_dir):
     log = [json.loads(line) for line in (run_dir / plots.GRPO_LOG).read_text().splitlines()]
     assert list(exploration[0].lines[0].get_ydata()) == [r["explore/beats_reference"] for r in log]
     assert list(exploration[2].lines[0].get_ydata()) == [r["explore/candidate_entropy"] for r in log]
+    assert list(exploration[3].lines[0].get_ydata()) == [r["explore/p_best"] for r in log]
+    curve = plots.draw(run_dir, "validation_curve", save=False).figure.axes[0]
+    validation = [json.loads(line) for line in (run_dir / plots.VALIDATION).read_text().splitlines()]
+    assert list(curve.lines[0].get_ydata()) == [p["mean_return"] for p in validation]
+    best = next(c for c in curve.collections if c.get_label() == "best")
+    assert list(best.get_offsets()[0]) == [2, 0.6]  # the kept point is the best one

@@ -15,7 +15,7 @@ BLOCK = re.compile(
 
 
 def test_the_readme_is_a_guide_of_about_two_hundred_lines():
-    assert len(README.splitlines()) <= 215  # about 200, with the three generated results tables
+    assert len(README.splitlines()) <= 235  # a guide: lab notes go to docs/; the three results tables are generated
 
 
 def test_every_generated_table_is_what_the_summary_command_prints_for_its_committed_run():

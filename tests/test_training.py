@@ -166,10 +166,14 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
-def test_policy_actor_reward_is_the_models_own_return(trained):
-    """grpo.continuation=policy: after the sampled action the model itself finishes the episode, greedily.
-    The batched reward equals playing each episode on by hand with the same model, one generate call per step."""
-    config = _config(**{"grpo.continuation": "policy"})
+@pytest.mark.parametrize("action_space", ["candidates", "free"])
+def test_policy_actor_reward_is_the_models_own_return(trained, action_space):
+    """grpo.continuation=policy: after the sampled action the model itself finishes the episode, greedily (its most
+    likely candidate, or its generated text). The batched reward equals playing each episode on by hand with the
+    same model, one state at a time."""
+    from lib.candidates import answers, score_answers
+
+    config = _config(**{"grpo.continuation": "policy", "model.action_space": action_space})
     with pytest.raises(ValueError, match="no policy model"):
         make_reward_function(config)
     model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
@@ -191,13 +195,18 @@ def test_policy_actor_reward_is_the_models_own_return(trained):
             assert score == INVALID_PENALTY
             continue
         while not result.done:
-            [action] = generate_actions(
-                model,
-                tokenizer,
-                [env.render(result.observation)],
-                greedy=True,
-                max_new_tokens=config.grpo.max_completion_length,
-            )
+            if action_space == "free":
+                [action] = generate_actions(
+                    model,
+                    tokenizer,
+                    [env.render(result.observation)],
+                    greedy=True,
+                    max_new_tokens=config.grpo.max_completion_length,
+                )
+            else:
+                offered = answers(result.observation)
+                [scores] = score_answers(model, tokenizer, [env.render(result.observation)], [offered])
+                action = offered[scores.index(max(scores))]
             result = env.step(action)
         assert score == pytest.approx(result.info["episode_return"])
         assert score >= 0 > INVALID_PENALTY  # a legal action, however the model goes on, beats garbage
@@ -431,7 +440,7 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     assert len(steps) == 2
     for r in steps:
         assert 0 <= r["explore/beats_reference"] <= 1 and r["explore/candidate_entropy"] >= 0
-        assert 0 < r["explore/candidate_mass"] <= 1
+        assert 0 <= r["explore/p_best"] <= 1
     assert 0 <= record["metrics"]["explore/beats_reference_first_quarter"] <= 1
     assert trained.read_stage("sft")["outputs"]["model"].startswith(str(trained.dir))  # the base is untouched
 
@@ -447,41 +456,97 @@ def test_exploration_metrics_count_only_groups_that_beat_the_reference():
         group_metrics([0.1] * 6, [0.5] * 6, 4)
 
 
-def test_candidate_covering_groups_inject_unsampled_candidates_and_say_so(trained, tmp_path, monkeypatch):
-    """grpo.group_sampling=cover_candidates: the last cover_share of each group are candidate answers the group did
-    not sample; explore/beats_reference counts the policy's own samples only, the injected ones are logged apart."""
-    from lib.training import explore
+def test_grpo_groups_are_drawn_from_the_candidate_policy_and_every_answer_is_valid(trained, tmp_path, monkeypatch):
+    """model.action_space=candidates: GRPO's rollout_func samples every completion from the policy over the state's
+    candidates, so every sampled answer is an offered one (env/invalid_rate 0), and it logs the policy's spread."""
+    from lib.training import rollout as rollout_module
 
     seen = []
-    real = explore.candidate_cover_rollout
+    real = rollout_module.candidate_rollout
 
     def spy(*args, **kwargs):
         rollout = real(*args, **kwargs)
 
         def wrapped(prompts, trainer):
             out = rollout(prompts, trainer)
-            seen.append(
-                [trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]]
-            )
+            texts = [trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"]]
+            seen.append((prompts, texts))
             return out
 
         return wrapped
 
-    monkeypatch.setattr("lib.training.train.candidate_cover_rollout", spy)
-    config, run = _fresh(
-        trained, tmp_path, **{"grpo.max_steps": 2, "grpo.group_sampling": "cover_candidates", "grpo.cover_share": 0.5}
-    )
+    monkeypatch.setattr("lib.training.train.candidate_rollout", spy)
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2})
     run_grpo(config, run)
-    assert seen and all(len(batch) == config.grpo.batch_size for batch in seen)
-    g = config.grpo.num_generations
-    for batch in seen:
-        for start in range(0, len(batch), g):
-            injected = batch[start + g // 2 : start + g]
-            assert len(set(injected)) == len(injected) and all(
-                json.loads(a)["action"] for a in injected
-            )  # distinct answers
-            assert not set(injected) & {t.strip() for t in batch[start : start + g // 2]}
+    rows = {json.dumps(r["prompt"], sort_keys=True): r for r in map(json.loads, _corpus_lines(run))}
+    env = PolyGuardEnv()
+    assert seen and all(len(texts) == config.grpo.batch_size for _, texts in seen)
+    for prompts, texts in seen:
+        for prompt, text in zip(prompts, texts):
+            row = rows[json.dumps(prompt, sort_keys=True)]
+            offered = [format_action(c.id) for c in env.restore(row["seed"], row["split"], row["history"]).candidates]
+            assert text in offered
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
-    step = next(r for r in logs if "explore/injected_share" in r)
-    assert 0 < step["explore/injected_share"] <= 0.5
-    assert step["explore/beats_reference_with_injected"] >= step["explore/beats_reference"]
+    steps = [r for r in logs if "explore/candidate_entropy" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["env/invalid_rate"] == 0
+        assert r["explore/candidate_entropy"] >= 0
+        assert 0 <= r["explore/p_best"] <= 1 and 0 <= r["explore/p_reference"] <= 1
+
+
+def _corpus_lines(run):
+    return (run.dir / "corpus" / "grpo_prompts.jsonl").read_text().splitlines()
+
+
+def test_the_candidate_sampler_is_on_policy(trained):
+    """Drawn many times at one state, the sampler's answer frequencies match the policy's probabilities."""
+    from collections import Counter, defaultdict
+    from types import SimpleNamespace
+
+    from lib.candidates import answers, distribution, score_answers
+    from lib.training.rollout import candidate_rollout
+
+    config = _config()
+    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
+    row = json.loads(_corpus_lines(trained)[0])
+    draws = 4000
+    trainer = SimpleNamespace(
+        processing_class=tokenizer,
+        model=model,
+        state=SimpleNamespace(global_step=0),
+        args=SimpleNamespace(gradient_checkpointing_kwargs=None),
+        _metrics={"train": defaultdict(list)},
+    )
+    out = candidate_rollout([row], "polyguard", draws, 1.0, seed=0)([row["prompt"]] * draws, trainer)
+    counts = Counter(tokenizer.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"])
+    offered = answers(PolyGuardEnv().restore(row["seed"], row["split"], row["history"]))
+    [scores] = score_answers(model, tokenizer, [row["prompt"]], [offered])
+    for answer, p in zip(offered, distribution(scores)):
+        assert counts[answer] / draws == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / draws) + 1e-3)
+    assert set(counts) <= set(offered)
+    assert len(out["prompt_ids"]) == draws and trainer._metrics["train"]["explore/candidate_entropy"]
+
+
+def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):
+    from lib.training.validation import VALIDATION_SEED_OFFSET, read_curve
+
+    config, run = _fresh(
+        trained, tmp_path, **{"grpo.max_steps": 4, "grpo.validate_every": 2, "grpo.validation_episodes": 4}
+    )
+    record = run_grpo(config, run)
+    curve = read_curve(run.dir / "grpo" / "validation.jsonl")
+    assert [p["step"] for p in curve] == [0, 2, 4]  # the SFT start, every 2 steps, the last
+    assert all(p["n"] == 4 and 0 <= p["mean_return"] <= 1 and p["ci95"][0] <= p["mean_return"] for p in curve)
+    best = max(curve, key=lambda p: (p["mean_return"], -p["step"]))
+    metrics = record["metrics"]
+    assert metrics["validation_best_step"] == best["step"] == metrics["kept_step"]
+    assert metrics["validation_best"] == best["mean_return"]
+    kept = Path(record["outputs"]["adapter"])
+    assert (kept / "adapter_model.safetensors").read_bytes() == (
+        run.dir / "grpo" / "adapter_best" / "adapter_model.safetensors"
+    ).read_bytes()
+    assert VALIDATION_SEED_OFFSET > config.corpus.sft_episodes + config.corpus.grpo_prompts  # no corpus seed
+    (run.dir / "grpo" / "validation.jsonl").write_text('{"step": 0, "mean_return": 0.5}\nnot json\n')
+    with pytest.raises(ValueError, match="validation.jsonl:2: not a JSON line"):
+        read_curve(run.dir / "grpo" / "validation.jsonl")

@@ -42,6 +42,7 @@ class ToyEnv(Environment):
 
     def reset(self, seed, split):
         internal = split_seed(seed, split)
+        self.seed, self.split = seed, split
         self.clue, self.internal = random.Random(internal).randrange(OPTIONS), internal
         self.history, self.right, self.steps, self.invalid_run, self.last = [], 0, 0, 0, None
         self._done = False

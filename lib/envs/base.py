@@ -125,6 +125,8 @@ class Environment(ABC):
     name: str
     invalid_penalty: float
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
+    seed: int  # the current episode's (seed, split), as given to reset()
+    split: str
 
     @abstractmethod
     def reset(self, seed: int, split: str) -> Any: ...

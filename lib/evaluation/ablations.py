@@ -1,5 +1,6 @@
-"""Measured ablations for the evaluate stage (`python -m lib stage evaluate`): greedy vs sampled decoding, the
-model alone vs with a legality veto, and GRPO without SFT. Each is paired by seed with its counterpart."""
+"""Measured ablations for the evaluate stage (`python -m lib stage evaluate`): greedy vs sampled decoding, the policy
+over the candidates vs free text generation (the validity diagnostic), free text alone vs with a legality veto, and
+GRPO without SFT. Each is paired by seed with its counterpart."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from .closed_loop import episode_records, model_artifacts, run_model_episodes, s
 
 def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: list[dict], resamples: int) -> dict:
     """Measured ablations on holdout seeds, each compared paired-by-seed with its counterpart:
-    greedy vs sampled decoding (GRPO model), the model alone vs with a legality veto that re-asks up to k times,
-    and GRPO trained from the untrained model (no SFT) vs SFT then GRPO."""
+    greedy vs sampled decoding (GRPO model); `free_text`, the GRPO model generating free text instead of choosing
+    among the candidates (its `invalid_rate` is the validity diagnostic every evaluation reports); free text alone
+    vs with a legality veto that re-asks up to k times; and GRPO trained from the untrained model (no SFT) vs SFT
+    then GRPO."""
     seeds = range(min(config.eval.ablation_episodes, config.eval.episodes))
     results: dict[str, dict] = {}
     greedy = {s: holdout_returns["grpo"][s] for s in seeds} if "grpo" in holdout_returns else None
@@ -38,8 +41,13 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
         if name == "sampled":
             torch.manual_seed(config.seed)
             measure("sampled", "grpo", "grpo greedy", greedy, greedy=False)
+        elif name == "free_text":
+            label = "grpo greedy over the candidates" if config.model.action_space == "candidates" else "grpo greedy"
+            measure("free_text", "grpo", label, greedy, action_space="free")
         elif name == "veto":
-            measure("veto", "grpo", "grpo greedy (no veto)", greedy, veto_k=config.eval.veto_k)
+            measure(
+                "veto", "grpo", "grpo greedy free text (no veto)", None, action_space="free", veto_k=config.eval.veto_k
+            )
         elif name == "no_sft":
             from ..training.train import run_grpo
 

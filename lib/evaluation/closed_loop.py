@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..envs import get_spec
-from ..episodes import Episode, Start, Step, play, policy_actor
+from ..episodes import Episode, Improver, Start, Step, play, policy_actor, scripted_policy
 from ..inference import model_actor
 from ..models import is_tiny
 from ..stats import bootstrap_ci
@@ -49,11 +49,13 @@ def run_model_episodes(
     greedy: bool = True,
     veto_k: int = 0,
     batch_size: int | None = None,
+    action_space: str | None = None,
 ):
     """Play every seed of `config.env` to the end with the model in `loaded` ((model, tokenizer, source), as
     `inference.load_policy_model` returns it) choosing every action: `batch_size` (default `eval.batch_size`)
     episodes in lockstep, one generate call per round (see `episodes.play`), at most `grpo.max_completion_length`
-    new tokens an answer. With `veto_k` > 0 invalid outputs are re-asked (the legality-veto ablation). Returns
+    new tokens an answer, choosing among the candidates or generating free text as `model.action_space` (or
+    `action_space`) says. With `veto_k` > 0 invalid free-text outputs are re-asked (the legality-veto ablation). Returns
     (episodes sorted by seed, action records); every action record carries `model_source`."""
     model, tokenizer, source = loaded
     env_name, max_new_tokens = config.env, config.grpo.max_completion_length
@@ -61,7 +63,14 @@ def run_model_episodes(
     episodes = play(
         lambda: get_spec(env_name).make_env(),
         [Start(seed, split) for seed in seeds],
-        model_actor(model, tokenizer, greedy=greedy, max_new_tokens=max_new_tokens, veto_k=veto_k),
+        model_actor(
+            model,
+            tokenizer,
+            action_space=action_space or config.model.action_space,
+            greedy=greedy,
+            max_new_tokens=max_new_tokens,
+            veto_k=veto_k,
+        ),
         batch_size=batch_size or config.eval.batch_size,
         on_step=_recorder(actions, source),
         desc=desc,
@@ -69,14 +78,17 @@ def run_model_episodes(
     return sorted(episodes, key=lambda e: e.seed), actions
 
 
+IMPROVER = Improver.name  # the generic policy-improvement reference every environment has (lib/episodes.py)
+
+
 def run_policy_episodes(env_name: str, name: str, seeds, split: str):
-    """A baseline or trivial policy, recorded exactly like a model: every action names its source."""
+    """A baseline, trivial or reference policy, recorded exactly like a model: every action names its source."""
     spec = get_spec(env_name)
     env, actions = spec.make_env(), []
     episodes = play(
         lambda: env,
         [Start(seed, split) for seed in seeds],
-        policy_actor(spec.make_policy(name), copies=False),
+        policy_actor(scripted_policy(spec, name), copies=False),
         on_step=_recorder(actions, {"policy": name}),
     )
     return episodes, actions
@@ -171,5 +183,6 @@ def model_artifacts(config, run) -> dict[str, dict]:
 
 
 def roles(spec) -> dict[str, str]:
-    """Which policy plays each role the verdicts name: the environment's teacher, oracle and random policy."""
-    return {"teacher": spec.teacher, "oracle": spec.oracle, "random": spec.random}
+    """Which policy plays each role the verdicts name: the environment's teacher, oracle and random policy, and the
+    improver (the teacher's one-step policy improvement, lib/episodes.py)."""
+    return {"teacher": spec.teacher, "oracle": spec.oracle, "random": spec.random, "improver": IMPROVER}

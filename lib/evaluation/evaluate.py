@@ -77,16 +77,23 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
             summaries[name] = {"kind": spec.policy_kind(name), **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
+        improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
+        episodes, actions = run_policy_episodes(config.env, role["improver"], improver_seeds, split)
+        summaries[role["improver"]] = {"kind": "reference", **summarize(episodes, actions, resamples)}
+        returns[split][role["improver"]] = {e.seed: e.episode_return for e in episodes}
+        records += episode_records(role["improver"], episodes, actions)
         splits[split] = {
             "seeds": [seeds.start, seeds.stop],
             "policies": summaries,
             "paired": _paired(returns[split], role, resamples),
         }
-        if {"grpo", role["teacher"], role["oracle"]} <= set(returns[split]):
-            r = returns[split]
-            splits[split]["gap_closure"] = gap_closure(
-                r["grpo"], r[role["teacher"]], r[role["oracle"]], resamples=resamples
-            )
+        r = returns[split]
+        for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
+            if {"grpo", role["teacher"], target} <= set(r):
+                try:
+                    splits[split][key] = gap_closure(r["grpo"], r[role["teacher"]], r[target], resamples=resamples)
+                except ValueError as error:  # no headroom above the teacher on these seeds: nothing to close
+                    splits[split][key] = {"error": str(error)}
     ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
     sources = {name: entry[2] for name, entry in loaded.items()}
     check_provenance(records, sources)
@@ -175,6 +182,7 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
             "grpo-teacher": paired_difference(returns["grpo"], teacher),
         },
         "gap_closure": gap_closure(returns["grpo"], teacher, returns[role["oracle"]]),
+        "gap_closure_improver": gap_closure(returns["grpo"], teacher, returns[role["improver"]]),
         "grpo_frac_reward_zero_std_mean": grpo["frac_reward_zero_std_mean"],
         "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
         "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()},

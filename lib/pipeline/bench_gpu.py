@@ -233,15 +233,21 @@ def run_bench(
         _reset_peak()
         model, tokenizer, source = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
         calls = []
-        from .. import inference
+        from .. import candidates, inference
 
-        real_generate = inference.generate_actions
+        # the one batched model call per round: candidate scoring, or generation with free text
+        module, name = (
+            (candidates, "score_answers")
+            if config.model.action_space == "candidates"
+            else (inference, "generate_actions")
+        )
+        real_call = getattr(module, name)
 
-        def counted(model, tokenizer, message_batches, **kwargs):
+        def counted(model, tokenizer, message_batches, *args, **kwargs):
             calls.append(len(message_batches))
-            return real_generate(model, tokenizer, message_batches, **kwargs)
+            return real_call(model, tokenizer, message_batches, *args, **kwargs)
 
-        inference.generate_actions = counted
+        setattr(module, name, counted)
         try:
             _sync()
             began = time.perf_counter()
@@ -251,7 +257,7 @@ def run_bench(
             _sync()
             eval_s = time.perf_counter() - began
         finally:
-            inference.generate_actions = real_generate
+            setattr(module, name, real_call)
         eval_peak = _peak_mb()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -7,7 +7,6 @@ A chart whose input is missing is not drawn; an input lacking what it needs rais
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,57 +17,21 @@ from matplotlib.figure import Figure
 
 from ..envs import get_spec
 from ..io import atomic_write_bytes
-
-BASELINES = "baselines/baselines.json"
-SFT_LOG = "sft/train_log.jsonl"
-GRPO_LOG = "grpo/train_log.jsonl"
-EVAL = "evaluate/eval.json"
-EPISODES = "evaluate/episodes.jsonl"
-ANTI_HACKING = "evaluate/anti_hacking_report.json"
-POSTSAVE = "postsave/postsave_inference.json"
-
-
-def _read(run_dir: Path, relative: str):
-    """A JSON file's object, or a JSONL file's list of objects."""
-    text = (run_dir / relative).read_text()
-    return (
-        [json.loads(line) for line in text.splitlines() if line.strip()]
-        if relative.endswith(".jsonl")
-        else json.loads(text)
-    )
-
-
-def _figure(ncols: int = 1, width: float = 7.0, height: float = 4.5):
-    """A seaborn-styled figure kept out of pyplot's registry: nothing to close, and a notebook shows it once."""
-    with sns.axes_style("whitegrid"):
-        figure = Figure(figsize=(width * ncols, height), layout="constrained")
-        return figure, figure.subplots(1, ncols, squeeze=False)[0]
-
-
-def _grouped_bars(ax, labels: list[str], series: dict[str, list[float]], cis: dict[str, list] | None = None) -> None:
-    """One bar per series side by side at each label, with each bar's 95% CI as a black line when given."""
-    x, width = np.arange(len(labels)), 0.8 / len(series)
-    for i, (name, values) in enumerate(series.items()):
-        positions = x + (i - (len(series) - 1) / 2) * width
-        bars = ax.bar(positions, values, width, label=name)
-        if len(labels) * len(series) <= 24:  # more value labels than that overlap
-            ax.bar_label(bars, fmt="%.2f", fontsize=7)
-        if cis:
-            # vlines, not yerr: a constant sample's mean can sit 1e-17 outside its CI and yerr rejects that.
-            lo, hi = np.asarray(cis[name], dtype=float).T
-            ax.vlines(positions, lo, hi, color="black", linewidth=1.2)
-    ax.set_xticks(x, labels, rotation=40 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
-    ax.margins(y=0.15)  # headroom for the legend
-    if len(series) > 1:
-        ax.legend(fontsize=8)
-
-
-def _rows(run_dir: Path, relative: str, keep: Callable[[dict], bool], wanted: str) -> list[dict]:
-    """The lines of a JSONL file that `keep` accepts; a file without any cannot be charted."""
-    rows = [r for r in _read(run_dir, relative) if keep(r)]
-    if not rows:
-        raise ValueError(f"{relative} has no {wanted}")
-    return rows
+from .figures import (  # noqa: F401 (the input file names are re-exported: tests and notebooks name them here)
+    ANTI_HACKING,
+    BASELINES,
+    EPISODES,
+    EVAL,
+    GRPO_LOG,
+    POSTSAVE,
+    SFT_LOG,
+    VALIDATION,
+    _figure,
+    _grouped_bars,
+    _read,
+    _rows,
+)
+from .training_charts import exploration, grpo_reward, sft_loss, validation_curve
 
 
 def _holdout_episodes(run_dir: Path) -> list[dict]:
@@ -98,51 +61,6 @@ def baseline_bars(run_dir: Path) -> Figure:
         xlabel="policy",
         ylabel="mean episode return",
     )
-    return figure
-
-
-def sft_loss(run_dir: Path) -> Figure:
-    """SFT training loss per logged step."""
-    rows = _rows(run_dir, SFT_LOG, lambda r: "loss" in r, "per-step 'loss' line (fewer steps than logging_steps?)")
-    figure, (ax,) = _figure()
-    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o" if len(rows) < 40 else None)
-    ax.set(title="SFT loss", xlabel="training step", ylabel="loss")
-    return figure
-
-
-def grpo_reward(run_dir: Path) -> Figure:
-    """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
-    rows = _rows(
-        run_dir,
-        GRPO_LOG,
-        lambda r: "reward" in r and "frac_reward_zero_std" in r,
-        "line with 'reward' and 'frac_reward_zero_std'",
-    )
-    figure, (left, right) = _figure(ncols=2, width=5.5)
-    for ax, key, title, ylabel in (
-        (left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
-        (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups"),
-    ):
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o" if len(rows) < 40 else None)
-        ax.set(title=title, xlabel="training step", ylabel=ylabel)
-    return figure
-
-
-def exploration(run_dir: Path) -> Figure:
-    """Per GRPO step: how often some sample beat the teacher's own action at its state, by how much the best
-    sample beat it, and the policy's entropy over the candidate set (lib/training/explore.py)."""
-    rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
-    figure, axes = _figure(ncols=3, width=4.5)
-    panels = (
-        ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
-        ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
-        ("explore/candidate_entropy", "Entropy over the candidate set", "nats"),
-    )
-    for ax, (key, title, ylabel) in zip(axes, panels):
-        kept = [r for r in rows if key in r]
-        ax.plot([r["step"] for r in kept], [r[key] for r in kept], marker="o" if len(kept) < 40 else None)
-        ax.set(title=title, xlabel="training step", ylabel=ylabel)
-    axes[1].axhline(0, color="grey", linewidth=0.8)
     return figure
 
 
@@ -326,6 +244,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "baseline_bars": (baseline_bars, (BASELINES,)),
     "sft_loss": (sft_loss, (SFT_LOG,)),
     "grpo_reward": (grpo_reward, (GRPO_LOG,)),
+    "validation_curve": (validation_curve, (VALIDATION,)),
     "exploration": (exploration, (GRPO_LOG,)),
     "reward_components": (reward_components, (EPISODES,)),
     "per_seed_deltas": (per_seed_deltas, (EPISODES, EVAL)),

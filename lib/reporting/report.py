@@ -42,7 +42,13 @@ def headline(report: dict) -> str:
         + (
             f" Gap closure (GRPO - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
             f"{_signed_ci(split['gap_closure']['ci95'])}."
-            if "gap_closure" in split
+            if "mean" in split.get("gap_closure", {})
+            else ""
+        )
+        + (
+            f" Toward the improver (the teacher's one-step policy improvement, a simulator reference): "
+            f"{split['gap_closure_improver']['mean']:+.3f} {_signed_ci(split['gap_closure_improver']['ci95'])}."
+            if "mean" in split.get("gap_closure_improver", {})
             else ""
         )
     )
@@ -90,6 +96,7 @@ def ablation_table(report: dict) -> pd.DataFrame:
                 "95% CI": _ci(a["ci95"]),
                 "compared with": a["compared_with"],
                 "paired difference": _paired_text(a["paired_vs_compared"]) if "paired_vs_compared" in a else "n/a",
+                "invalid rate": round(a["invalid_rate"], 3),
             }
             for name, a in report.get("ablations", {}).items()
         ]

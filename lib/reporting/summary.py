@@ -30,13 +30,20 @@ def _policy_rows(report: dict, splits: tuple[str, ...]) -> list[list[str]]:
     rest by their return there."""
     first = report["splits"][splits[0]]["policies"]
     order = sorted(first, key=lambda n: (first[n]["kind"] != "model", -first[n]["mean_return"]))
+    episodes = max(r["n"] for r in first.values())
     rows = []
     for name in order:
         found = [report["splits"].get(split, {}).get("policies", {}).get(name) for split in splits]
-        rows.append(
-            [name, first[name]["kind"], *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)]
-        )
+        kind = first[name]["kind"] + (f" ({first[name]['n']} episodes)" if first[name]["n"] != episodes else "")
+        rows.append([name, kind, *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)])
     return rows
+
+
+def _gaps(split: dict) -> str:
+    named = (("gap_closure", "oracle"), ("gap_closure_improver", "improver"))
+    return "; ".join(
+        f"gap closure toward the {who} {_signed(split[key])}" for key, who in named if "mean" in split.get(key, {})
+    )
 
 
 def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
@@ -54,10 +61,12 @@ def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "hold
     ]
     lines += ["| " + " | ".join(row) + " |" for row in _policy_rows(report, splits)]
     paired = report["splits"][splits[0]]["paired"]
+    gaps = _gaps(report["splits"][splits[0]])
     lines += [
         "",
         f"Teacher: `{report['roles']['teacher']}`. Paired by seed on {splits[0]}: "
         + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items())
+        + (f"; {gaps}" if gaps else "")
         + ". Gate: integrity checks "
         f"{'passed' if gate['integrity_passed'] else 'FAILED'}, improved {report['improved']}, "
         f"beats the teacher {report['beats_teacher']}.",
@@ -72,4 +81,47 @@ def environment_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("ho
     for run_dir in run_dirs:
         report = _eval(Path(run_dir))
         lines += [f"| {report['env']} | " + " | ".join(row) + " |" for row in _policy_rows(report, splits)]
+    return "\n".join(lines)
+
+
+SEED_COLUMNS = (
+    "environment",
+    "seed",
+    "split",
+    "SFT",
+    "GRPO",
+    "teacher",
+    "improver",
+    "oracle",
+    "GRPO - teacher",
+    "gap closure (oracle)",
+    "gap closure (improver)",
+)
+
+
+def _seed_row(report: dict, seed: int, split: str) -> list[str]:
+    entry, role = report["splits"][split], report["roles"]
+    policies = entry["policies"]
+    means = [
+        f"{policies[name]['mean_return']:.3f}" if name in policies else "n/a"
+        for name in ("sft", "grpo", role["teacher"], role.get("improver", "improver"), role["oracle"])
+    ]
+    gaps = [
+        _signed(entry[key]) if "mean" in entry.get(key, {}) else "n/a"
+        for key in ("gap_closure", "gap_closure_improver")
+    ]
+    return [report["env"], str(seed), split, *means, _signed(entry["paired"]["grpo-teacher"]), *gaps]
+
+
+def seed_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
+    """Runs of several environments and seeds: one row per (environment, seed, split) with SFT, GRPO, the teacher,
+    the improver and the oracle (mean returns), GRPO - teacher paired by seed with its 95% CI, and the gap
+    closure toward the oracle and toward the improver."""
+    lines = ["| " + " | ".join(SEED_COLUMNS) + " |", "|" + " --- |" * len(SEED_COLUMNS)]
+    for run_dir in run_dirs:
+        report = _eval(Path(run_dir))
+        seed = read_json_record(Path(run_dir) / "manifest.json", "the run's manifest")["config"]["seed"]
+        lines += [
+            "| " + " | ".join(_seed_row(report, seed, split)) + " |" for split in splits if split in report["splits"]
+        ]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from ..config import RunConfig
 from ..envs import get_spec
 from ..envs.base import Policy, format_action
-from ..episodes import candidate_returns, run_episode
+from ..episodes import candidate_returns, run_episode, scripted_policy
 from ..io import atomic_write_text
 from ..models import sha256_file
 from ..runs import Run
@@ -42,8 +42,9 @@ class _NoisyTeacher(Policy):
     the spec excludes, such as ending the episode) is executed instead of the teacher's action. `labels` keeps
     what the teacher chose at each step."""
 
-    def __init__(self, spec, noise: float, rng: random.Random):
-        self.teacher, self.noise, self.rng, self.labels = spec.make_policy(spec.teacher), noise, rng, []
+    def __init__(self, spec, noise: float, rng: random.Random, teacher: str | None = None):
+        self.teacher = scripted_policy(spec, teacher or spec.teacher)
+        self.noise, self.rng, self.labels = noise, rng, []
         self.excluded = spec.noise_excluded_kinds
 
     def begin(self, seed: int) -> None:
@@ -61,7 +62,15 @@ class _NoisyTeacher(Policy):
 
 
 def sft_rows(
-    spec, env, seeds, noise: float = 0.0, rng: random.Random | None = None, label: str = "teacher"
+    spec,
+    env,
+    seeds,
+    noise: float = 0.0,
+    rng: random.Random | None = None,
+    label: str = "teacher",
+    smoothing: float = 0.0,
+    smoothing_rng: random.Random | None = None,
+    teacher: str | None = None,
 ) -> list[dict]:
     """Teacher transcripts: one row per state, labelled with the teacher's action there.
 
@@ -70,15 +79,26 @@ def sft_rows(
     row is labelled with what the teacher does at that state. With `label="executed"` a row is labelled with
     the action actually taken, so SFT clones the noisy teacher: its most likely action is still the teacher's,
     and the rest of its probability is spread over every kind of legal action, which GRPO can then sample.
-    Either way the executed action is recorded as `executed` and the teacher's as `teacher`."""
+    Either way the executed action is recorded as `executed` and the teacher's as `teacher`.
+
+    With `smoothing` > 0 (label smoothing over the offered answers), each row's label is, with that probability, a
+    uniformly drawn other candidate of its state instead (`label_source: smoothed`). An SFT on these rows still
+    answers the teacher's choice most often, and keeps the other candidates in the policy's support, so that
+    on-policy GRPO can sample, and push up, an action that beats the teacher."""
     if label not in ("teacher", "executed"):
         raise ValueError(f"unknown SFT label {label!r}: 'teacher' or 'executed'")
-    policy = _NoisyTeacher(spec, noise, rng or random.Random(0))
+    policy = _NoisyTeacher(spec, noise, rng or random.Random(0), teacher)
+    smoothing_rng = smoothing_rng or random.Random(0)
     rows = []
     for seed in seeds:
         episode = run_episode(env, policy, seed, "train", keep_transitions=True)
         for position, (t, teacher) in enumerate(zip(episode.transitions, policy.labels)):
             content = teacher if label == "teacher" else t["action"]
+            source = label
+            if smoothing and smoothing_rng.random() < smoothing:
+                others = [a for a in (format_action(c.id) for c in t["observation"].candidates) if a != content]
+                if others:
+                    content, source = smoothing_rng.choice(others), "smoothed"
             rows.append(
                 {
                     "prompt": env.render(t["observation"]),
@@ -89,6 +109,7 @@ def sft_rows(
                     "history": t["history"],
                     "executed": t["action"],
                     "teacher": teacher,
+                    "label_source": source,
                 }
             )
     return rows
@@ -111,7 +132,8 @@ def grpo_rows(
     reference policy's own choice is beaten: some candidate's return exceeds the reference's by at least
     `improvable_margin`. These are the states where RL can gain on the teacher. The rest are drawn as without it
     (any state where the choice matters, mostly ones where the teacher is right), so GRPO also practises what
-    SFT should keep. Every row records `best_return` and the reference's own `reference_return`."""
+    SFT should keep. Every row records every candidate answer's return (`returns`, the reference finishing the
+    episode), `best_return`, and the reference's own answer and return (`reference_answer`, `reference_return`)."""
     reference_policy = spec.make_policy(reference)
     by_position: dict[int, list[dict]] = {}
     seen = examined = 0
@@ -145,14 +167,16 @@ def grpo_rows(
             if best - min(returns.values()) < INFORMATIVE_SPREAD:
                 continue
             reference_policy.begin(state["seed"])
-            reference_return = returns[reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)]
+            reference_answer = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
             row = {
                 **state,
                 "prompt": env.render(observation),
+                "returns": returns,
                 "best_return": best,
-                "reference_return": reference_return,
+                "reference_answer": reference_answer,
+                "reference_return": returns[reference_answer],
             }
-            gains = best - reference_return >= improvable_margin
+            gains = best - row["reference_return"] >= improvable_margin
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
     progress.close()
@@ -207,7 +231,15 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     # GRPO draws from later train seeds so RL sees scenarios the teacher never showed.
     grpo_seeds = range(sft_seeds.stop, sft_seeds.stop + max(1, c.grpo_prompts // 2))
     sft = sft_rows(
-        spec, env, tqdm(sft_seeds, desc="corpus/sft episodes"), c.sft_noise, random.Random(config.seed), c.sft_label
+        spec,
+        env,
+        tqdm(sft_seeds, desc="corpus/sft episodes"),
+        c.sft_noise,
+        random.Random(config.seed),
+        c.sft_label,
+        c.sft_label_smoothing,
+        random.Random(f"{config.seed}/label-smoothing"),
+        c.sft_policy,
     )
     grpo, grpo_stats = grpo_rows(
         spec,

@@ -4,72 +4,25 @@ Used every GRPO step by the reward function (lib/training/train.py), which logs
 - `explore/beats_reference`: the share of groups in which some sample scores above the reference policy's own
   action at that state (the corpus row's `reference_return`, scored the same way);
 - `explore/best_minus_reference`: the mean over groups of the best sample's return minus that reference return;
-- `explore/candidate_entropy`: the policy's entropy over the state's candidate set (each candidate's complete
-  answer scored by the model, renormalised over the candidates), and `explore/candidate_mass`, the probability
-  the policy puts on the candidates at all (the rest is invalid output);
-and by `python -m lib probe-explore`, which reports the same numbers for any model folder or adapter on a
-fixed set of states.
+and by the candidate sampler (lib/training/rollout.py), which logs `explore/candidate_entropy` (the policy's entropy
+over the state's candidates), `explore/p_best` and `explore/p_reference` (its probability of the best answer and of
+the reference's own answer); and by `python -m lib probe-explore`, which reports the same numbers for any model
+folder or adapter on a fixed set of states.
 """
 
 from __future__ import annotations
 
-import math
-
-import torch
-
+from ..candidates import answers, distribution, entropy, mass, score_answers
 from ..envs.base import format_action
 
 
-@torch.no_grad()
-def candidate_logprobs(model, tokenizer, messages: list[dict], answers: list[str]) -> list[float]:
-    """log p(answer, then end of turn | prompt) for each answer, in one batched forward pass."""
-    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    tails = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
-    width = len(prompt_ids) + max(len(t) for t in tails)
-    pad = tokenizer.pad_token_id
-    ids = torch.full((len(answers), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(answers), width), dtype=torch.long)
-    for row, tail in enumerate(tails):
-        sequence = prompt_ids + tail
-        ids[row, : len(sequence)] = torch.tensor(sequence)
-        mask[row, : len(sequence)] = 1
-    device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-    logprobs = logits[:, :-1].log_softmax(-1)
-    start = len(prompt_ids)
-    totals = []
-    for row, tail in enumerate(tails):
-        targets = torch.tensor(tail, device=device)
-        positions = torch.arange(start - 1, start - 1 + len(tail), device=device)
-        totals.append(float(logprobs[row, positions, targets].sum()))
-    return totals
-
-
-def candidate_distribution(logprobs: list[float]) -> dict:
-    """Entropy (nats) of the policy renormalised over the candidates, and the mass it puts on them at all.
-
-    >>> d = candidate_distribution([math.log(0.25), math.log(0.25)])
-    >>> round(d["entropy"], 4), round(d["mass"], 4)
-    (0.6931, 0.5)
-    """
-    top = max(logprobs)
-    weights = [math.exp(lp - top) for lp in logprobs]
-    total = sum(weights)
-    probs = [w / total for w in weights]
-    return {
-        "entropy": -sum(p * math.log(p) for p in probs if p > 0),
-        "mass": min(1.0, total * math.exp(top)),
-        "probs": probs,
-    }
-
-
 def policy_candidate_distribution(model, tokenizer, messages: list[dict], observation) -> dict:
-    """The policy's distribution over this observation's candidates (see `candidate_distribution`), keyed by answer."""
-    answers = [format_action(c.id) for c in observation.candidates]
-    distribution = candidate_distribution(candidate_logprobs(model, tokenizer, messages, answers))
-    distribution["by_answer"] = dict(zip(answers, distribution.pop("probs")))
-    return distribution
+    """The policy over this observation's candidates (lib/candidates.py): entropy (nats), the mass the unconstrained
+    model puts on the candidate answers at all, and each answer's probability renormalised over the candidates."""
+    offered = answers(observation)
+    [logprobs] = score_answers(model, tokenizer, [messages], [offered])
+    probs = distribution(logprobs)
+    return {"entropy": entropy(probs), "mass": mass(logprobs), "by_answer": dict(zip(offered, probs))}
 
 
 def group_metrics(
@@ -77,12 +30,9 @@ def group_metrics(
     reference_returns: list[float],
     group_size: int,
     tolerance: float = 1e-9,
-    sampled: int | None = None,
 ) -> dict:
     """Per-step exploration metrics over consecutive groups of `group_size` samples (TRL keeps each prompt's
-    samples together), each group compared with the reference policy's return at its state. With `sampled`, only
-    the first `sampled` completions of each group count (the rest were injected by `candidate_cover_rollout`,
-    not sampled from the policy).
+    samples together), each group compared with the reference policy's return at its state.
 
     >>> group_metrics([0.2, 0.9, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], 2)
     {'explore/beats_reference': 0.5, 'explore/best_minus_reference': 0.2, 'explore/mean_minus_reference': 0.025}
@@ -91,7 +41,7 @@ def group_metrics(
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     beats, best_gap, mean_gap = [], [], []
     for start in range(0, len(rewards), group_size):
-        group, reference = rewards[start : start + (sampled or group_size)], reference_returns[start]
+        group, reference = rewards[start : start + group_size], reference_returns[start]
         beats.append(max(group) > reference + tolerance)
         best_gap.append(max(group) - reference)
         mean_gap.append(sum(group) / len(group) - reference)
@@ -114,14 +64,14 @@ def expected_group_metrics(
     >>> m["beats_reference"], m["best_minus_reference"]
     (0.75, 0.25)
     """
-    mass: dict[float, float] = {invalid_score: max(0.0, 1.0 - sum(distribution.values()))}
+    by_value: dict[float, float] = {invalid_score: max(0.0, 1.0 - sum(distribution.values()))}
     for answer, p in distribution.items():
-        mass[returns[answer]] = mass.get(returns[answer], 0.0) + p
-    beats = sum(p for value, p in mass.items() if value > reference + 1e-9)
+        by_value[returns[answer]] = by_value.get(returns[answer], 0.0) + p
+    beats = sum(p for value, p in by_value.items() if value > reference + 1e-9)
     expected_best, below = 0.0, 0.0
-    for value in sorted(mass):
-        expected_best += value * ((below + mass[value]) ** group_size - below**group_size)
-        below += mass[value]
+    for value in sorted(by_value):
+        expected_best += value * ((below + by_value[value]) ** group_size - below**group_size)
+        below += by_value[value]
     return {"beats_reference": 1 - (1 - beats) ** group_size, "best_minus_reference": expected_best - reference}
 
 
@@ -148,7 +98,9 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
         spread = policy_candidate_distribution(model, tokenizer, row["prompt"], observation)
         best = max(returns.values())
         reference = row["reference_return"]
-        absolute = {answer: p * spread["mass"] for answer, p in spread["by_answer"].items()}
+        # choosing among the candidates, the policy is the renormalised distribution; free text also says other things
+        share = 1.0 if config.model.action_space == "candidates" else spread["mass"]
+        absolute = {answer: p * share for answer, p in spread["by_answer"].items()}
         expected = expected_group_metrics(
             absolute, returns, reference, env.invalid_penalty, config.grpo.num_generations
         )
@@ -184,53 +136,6 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
             k: summary([s for s in per_state if s["improvable"] and s["best_kind"] == k]) for k in kinds
         },
     }
-
-
-def candidate_cover_rollout(rows: list[dict], env_name: str, group_size: int, cover: int, seed: int):
-    """A TRL `rollout_func` whose groups cover the candidate set on purpose (`grpo.group_sampling: cover_candidates`).
-
-    Each group's first `group_size - cover` completions are sampled from the policy as usual; the last `cover` are
-    candidate answers the group did not already sample, drawn uniformly without replacement from the state's
-    candidates. So a group is NOT i.i.d. sampling from the policy: it is guided exploration, which lets GRPO score
-    actions the policy would almost never sample (the report says so, next to a plain-sampling ablation). The
-    injected answers are scored by the same environment reward as every other completion."""
-    import json
-    import random
-
-    from ..envs import make_env
-
-    by_prompt = {json.dumps(r["prompt"], sort_keys=True): r for r in rows}
-    env = make_env(env_name)
-
-    def rollout(prompts, trainer):
-        tokenizer = trainer.processing_class
-        prompt_ids = [
-            tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-            for p in prompts
-        ]
-        completion_ids, _ = trainer._generate_single_turn(prompt_ids, None, {}, group_size)
-        completion_ids = [list(ids) for ids in completion_ids]
-        injected = 0
-        for start in range(0, len(prompts), group_size):
-            row = by_prompt[json.dumps(prompts[start], sort_keys=True)]
-            observation = env.restore(row["seed"], row["split"], row["history"])
-            sampled = {
-                tokenizer.decode(ids, skip_special_tokens=True).strip()
-                for ids in completion_ids[start : start + group_size - cover]
-            }
-            unseen = [format_action(c.id) for c in observation.candidates if format_action(c.id) not in sampled]
-            # seeded by step and group, not a running stream: a run resumed from a checkpoint injects the same answers
-            rng = random.Random(f"{seed}/{trainer.state.global_step}/{start}")
-            for offset, answer in enumerate(rng.sample(unseen, min(cover, len(unseen)))):
-                index = start + group_size - cover + offset
-                completion_ids[index] = tokenizer(answer, add_special_tokens=False)["input_ids"] + [
-                    tokenizer.eos_token_id
-                ]
-                injected += 1
-        trainer._metrics["train"]["explore/injected_share"].append(injected / len(prompts))
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
-
-    return rollout
 
 
 def ablation_table(runs: list, split: str = "holdout") -> str:

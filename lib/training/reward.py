@@ -13,28 +13,30 @@ import torch
 from ..config import RunConfig
 from ..envs import get_spec
 from ..episodes import action_returns, policy_actor
-from .explore import group_metrics, policy_candidate_distribution
+from .explore import group_metrics
 
 
-def model_continuation(policy: dict, max_new_tokens: int):
-    """An actor (see `episodes.play`) in which the model in `policy["model"]` acts greedily,
-    one batched generate call per step for all unfinished episodes. `policy` is filled in once the trainer
-    exists, so the continuation always uses the weights being trained."""
-    from ..inference import generate_actions
+def model_continuation(policy: dict, config: RunConfig):
+    """An actor (see `episodes.play`) in which the model in `policy["model"]` acts greedily (choosing among the
+    candidates or generating free text, as `model.action_space` says), one batched call per step for all
+    unfinished episodes. `policy` is filled in once the trainer exists, so the continuation always uses the
+    weights being trained."""
+    from ..inference import model_actor
 
     def act(live) -> list[str]:
         model, tokenizer = policy["model"], policy["tokenizer"]
+        actor = model_actor(
+            model,
+            tokenizer,
+            action_space=config.model.action_space,
+            greedy=True,
+            max_new_tokens=config.grpo.max_completion_length,
+        )
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                return generate_actions(
-                    model,
-                    tokenizer,
-                    [e.env.render(e.observation) for e in live],
-                    greedy=True,
-                    max_new_tokens=max_new_tokens,
-                )
+                return actor(live)
         finally:
             model.train(was_training)
 
@@ -52,43 +54,19 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     if g.continuation == "policy":
         if policy is None:
             raise ValueError("grpo.continuation is 'policy' but no policy model was given to the reward function")
-        continuation = model_continuation(policy, g.max_completion_length)
+        continuation = model_continuation(policy, config)
     else:
         continuation = policy_actor(spec.make_policy(config.reference_policy))
     envs = []
     blocklist = [b.lower() for b in g.blocklist]
 
-    explore_env = spec.make_env()
-
-    def log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric) -> None:
+    def log_exploration(rewards, reference_return, log_metric) -> None:
         """explore/* metrics (lib/training/explore.py): did some sample beat the reference's own action at its
-        state, and how spread is the policy over the candidate set there."""
+        state (the corpus row's `reference_return`, scored the same way). The sampler logs the policy's spread."""
         if reference_return is None or log_metric is None:
             return
-        injected = max(1, round(g.cover_share * g.num_generations)) if g.group_sampling == "cover_candidates" else 0
-        for name, value in group_metrics(
-            rewards, list(reference_return), g.num_generations, sampled=g.num_generations - injected
-        ).items():
-            log_metric(name, value)  # the policy's own samples only
-        if injected:
-            log_metric(
-                "explore/beats_reference_with_injected",
-                group_metrics(rewards, list(reference_return), g.num_generations)["explore/beats_reference"],
-            )
-        if not g.log_candidate_entropy or policy is None or "model" not in policy:
-            return
-        model, tokenizer = policy["model"], policy["tokenizer"]
-        was_training = model.training
-        model.eval()
-        try:
-            spreads = [
-                policy_candidate_distribution(model, tokenizer, prompt, explore_env.restore(s, sp, json.loads(h)))
-                for prompt, s, sp, h in list(zip(prompts, seed, split, history))[:: g.num_generations]
-            ]
-        finally:
-            model.train(was_training)
-        log_metric("explore/candidate_entropy", sum(d["entropy"] for d in spreads) / len(spreads))
-        log_metric("explore/candidate_mass", sum(d["mass"] for d in spreads) / len(spreads))
+        for name, value in group_metrics(rewards, list(reference_return), g.num_generations).items():
+            log_metric(name, value)
 
     def environment_reward(
         prompts, completions, seed, split, history, reference_return=None, log_metric=None, log_extra=None, **_
@@ -127,7 +105,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
                 log_metric(f"env/component/{name}", total / n)
             for name in spec.anti_cheat_rules:
                 log_metric(f"env/anti_cheat/{name}", rules.get(name, 0) / n)
-        log_exploration(prompts, rewards, seed, split, history, reference_return, log_metric)
+        log_exploration(rewards, reference_return, log_metric)
         return rewards
 
     return environment_reward

@@ -24,9 +24,10 @@ from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_p
 from ..runs import Run, seed_everything
 from .checkpoints import verify_checkpoint, write_checkpoint_manifest
 from .corpus import read_jsonl
-from .explore import candidate_cover_rollout
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length, check_prompt_length
 from .reward import make_reward_function
+from .rollout import candidate_rollout
+from .validation import ValidationCallback
 
 
 def _precision_flags(config: RunConfig) -> dict:
@@ -304,9 +305,8 @@ def run_grpo(
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
     rollout = None
-    if g.group_sampling == "cover_candidates":
-        cover = max(1, round(g.cover_share * g.num_generations))
-        rollout = candidate_cover_rollout(rows, config.env, g.num_generations, cover, config.seed)
+    if config.model.action_space == "candidates":
+        rollout = candidate_rollout(rows, config.env, g.num_generations, g.temperature, config.seed)
     trainer = _timed_trainer_class()(
         model=model,
         reward_funcs=make_reward_function(config, out / "samples.jsonl", policy),
@@ -318,6 +318,10 @@ def run_grpo(
         callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
     )
     policy["model"] = trainer.model
+    validation = None
+    if g.validate_every:
+        validation = ValidationCallback(config, out, tokenizer, policy)
+        trainer.add_callback(validation)
     run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
@@ -340,6 +344,16 @@ def run_grpo(
         raise NonFiniteLossError(f"GRPO loss became non-finite at step {guard.bad_step}; last good checkpoint: {last}")
     adapter_dir = out / "adapter"
     _save_atomically(trainer, tokenizer, adapter_dir, merge=False)
+    kept = {"kept_step": trainer.state.global_step}
+    if validation is not None and validation.best is not None:
+        kept.update(validation_best_step=validation.best["step"], validation_best=validation.best["mean_return"])
+        if g.keep == "best" and validation.best["step"] != trainer.state.global_step:
+            tmp = adapter_dir.with_name(".adapter.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(out / "adapter_best", tmp)
+            shutil.rmtree(adapter_dir)
+            tmp.rename(adapter_dir)
+            kept["kept_step"] = validation.best["step"]
     history = [h for h in trainer.state.log_history if "reward" in h]
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return run.stage_done(
@@ -357,6 +371,7 @@ def run_grpo(
             "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
             "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
             **_explore_summary(history),
+            **kept,
             "adapter_sha256": weights_sha256(adapter_dir),
             "resumed_from": resume_from,
         },

@@ -1,0 +1,64 @@
+"""Shared pieces of the run charts (lib/reporting/plots.py, lib/reporting/training_charts.py): the input files
+each chart reads, reading them, and seaborn-styled figures and bars."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import seaborn as sns
+from matplotlib.figure import Figure
+
+BASELINES = "baselines/baselines.json"
+SFT_LOG = "sft/train_log.jsonl"
+GRPO_LOG = "grpo/train_log.jsonl"
+VALIDATION = "grpo/validation.jsonl"
+EVAL = "evaluate/eval.json"
+EPISODES = "evaluate/episodes.jsonl"
+ANTI_HACKING = "evaluate/anti_hacking_report.json"
+POSTSAVE = "postsave/postsave_inference.json"
+
+
+def _read(run_dir: Path, relative: str):
+    """A JSON file's object, or a JSONL file's list of objects."""
+    text = (run_dir / relative).read_text()
+    return (
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+        if relative.endswith(".jsonl")
+        else json.loads(text)
+    )
+
+
+def _figure(ncols: int = 1, width: float = 7.0, height: float = 4.5):
+    """A seaborn-styled figure kept out of pyplot's registry: nothing to close, and a notebook shows it once."""
+    with sns.axes_style("whitegrid"):
+        figure = Figure(figsize=(width * ncols, height), layout="constrained")
+        return figure, figure.subplots(1, ncols, squeeze=False)[0]
+
+
+def _grouped_bars(ax, labels: list[str], series: dict[str, list[float]], cis: dict[str, list] | None = None) -> None:
+    """One bar per series side by side at each label, with each bar's 95% CI as a black line when given."""
+    x, width = np.arange(len(labels)), 0.8 / len(series)
+    for i, (name, values) in enumerate(series.items()):
+        positions = x + (i - (len(series) - 1) / 2) * width
+        bars = ax.bar(positions, values, width, label=name)
+        if len(labels) * len(series) <= 24:  # more value labels than that overlap
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        if cis:
+            # vlines, not yerr: a constant sample's mean can sit 1e-17 outside its CI and yerr rejects that.
+            lo, hi = np.asarray(cis[name], dtype=float).T
+            ax.vlines(positions, lo, hi, color="black", linewidth=1.2)
+    ax.set_xticks(x, labels, rotation=40 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    ax.margins(y=0.15)  # headroom for the legend
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+
+
+def _rows(run_dir: Path, relative: str, keep: Callable[[dict], bool], wanted: str) -> list[dict]:
+    """The lines of a JSONL file that `keep` accepts; a file without any cannot be charted."""
+    rows = [r for r in _read(run_dir, relative) if keep(r)]
+    if not rows:
+        raise ValueError(f"{relative} has no {wanted}")
+    return rows

@@ -1,0 +1,77 @@
+"""The training charts of a run (registered in lib/reporting/plots.py's CHARTS): SFT loss, GRPO reward and
+zero-spread groups, exploration per step, and GRPO's validation curve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .figures import GRPO_LOG, SFT_LOG, VALIDATION, _figure, _read, _rows
+
+
+def sft_loss(run_dir: Path) -> Figure:
+    """SFT training loss per logged step."""
+    rows = _rows(run_dir, SFT_LOG, lambda r: "loss" in r, "per-step 'loss' line (fewer steps than logging_steps?)")
+    figure, (ax,) = _figure()
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], marker="o" if len(rows) < 40 else None)
+    ax.set(title="SFT loss", xlabel="training step", ylabel="loss")
+    return figure
+
+
+def grpo_reward(run_dir: Path) -> Figure:
+    """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
+    rows = _rows(
+        run_dir,
+        GRPO_LOG,
+        lambda r: "reward" in r and "frac_reward_zero_std" in r,
+        "line with 'reward' and 'frac_reward_zero_std'",
+    )
+    figure, (left, right) = _figure(ncols=2, width=5.5)
+    for ax, key, title, ylabel in (
+        (left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
+        (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups"),
+    ):
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o" if len(rows) < 40 else None)
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+    return figure
+
+
+def exploration(run_dir: Path) -> Figure:
+    """Per GRPO step: how often some sample beat the teacher's own action at its state, by how much the best
+    sample beat it, and (when GRPO samples over the candidates) the policy's entropy over the candidate set and its
+    probability of the best candidate (lib/training/explore.py, lib/training/rollout.py)."""
+    rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
+    panels = [
+        ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
+        ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
+        ("explore/candidate_entropy", "Entropy over the candidate set", "nats"),
+        ("explore/p_best", "Probability of the best candidate", "probability"),
+    ]
+    panels = [panel for panel in panels if any(panel[0] in r for r in rows)]
+    figure, axes = _figure(ncols=len(panels), width=4.5)
+    for ax, (key, title, ylabel) in zip(axes, panels):
+        kept = [r for r in rows if key in r]
+        ax.plot([r["step"] for r in kept], [r[key] for r in kept], marker="o" if len(kept) < 40 else None)
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+    axes[1].axhline(0, color="grey", linewidth=0.8)
+    return figure
+
+
+def validation_curve(run_dir: Path) -> Figure:
+    """GRPO's learning curve: greedy closed-loop return (95% CI) on the validation seeds against the step, the SFT
+    start at step 0, and the kept (best) step marked."""
+    points = sorted(_read(run_dir, VALIDATION), key=lambda p: p["step"])
+    if not points:
+        raise ValueError(f"{VALIDATION} has no points")
+    steps, means = [p["step"] for p in points], [p["mean_return"] for p in points]
+    figure, (ax,) = _figure(width=6.5)
+    ax.fill_between(steps, *np.array([p["ci95"] for p in points]).T, alpha=0.25, label="95% CI")
+    ax.plot(steps, means, marker="o", label="validation return")
+    best = max(points, key=lambda p: (p["mean_return"], -p["step"]))
+    ax.axhline(points[0]["mean_return"], color="grey", linestyle="--", linewidth=0.8, label="SFT (step 0)")
+    ax.scatter([best["step"]], [best["mean_return"]], s=120, facecolors="none", edgecolors="red", label="best")
+    ax.set(title=f"GRPO validation curve ({points[0]['n']} episodes)", xlabel="GRPO step", ylabel="mean return")
+    ax.legend(fontsize=8)
+    return figure

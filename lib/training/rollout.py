@@ -1,0 +1,76 @@
+"""GRPO's sampler when the model chooses among the candidates (`model.action_space: candidates`): a TRL
+`rollout_func` that draws each group's completions from the policy over the state's candidate answers.
+
+Each state of the batch is scored once (lib/candidates.py: every candidate answer's log-likelihood, one forward
+pass sharing the prompt), and its `num_generations` completions are drawn i.i.d. from the softmax at
+`grpo.temperature`. At temperature 1 this is exactly on-policy: a candidate is sampled with the probability the
+policy gives it, and TRL's loss then uses the log-likelihood of the sampled answer's tokens. Because the
+advantages of a group sum to zero, the gradient of that log-likelihood equals the gradient of the candidate-
+normalised log-probability (the normaliser's term cancels), so GRPO's update is the policy gradient of the
+candidate policy itself. A temperature other than 1 samples off-policy; the run's config records it.
+
+Logged every step (explore/*): the policy's entropy over the candidates, its probability of the reference
+policy's own answer and of the best answer at the state (from the corpus row's candidate returns).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import torch
+
+from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
+from ..envs import make_env
+
+
+def _prompt_key(prompt) -> str:
+    return json.dumps(prompt, sort_keys=True)
+
+
+def candidate_rollout(rows: list[dict], env_name: str, group_size: int, temperature: float, seed: int):
+    """The `rollout_func` (see the module docstring). `rows` are the GRPO prompts of the corpus: each state is
+    rebuilt from its (seed, split, history) to read its candidates."""
+    by_prompt = {_prompt_key(r["prompt"]): r for r in rows}
+    env = make_env(env_name)
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        model = trainer.model
+        starts = list(range(0, len(prompts), group_size))
+        states = [by_prompt[_prompt_key(prompts[start])] for start in starts]
+        offered = [answers(env.restore(r["seed"], r["split"], r["history"])) for r in states]
+        was_training = model.training
+        model.eval()  # in eval mode no layer is checkpointed, so the prompt's cache is kept for the answers
+        try:
+            with torch.no_grad():
+                scores = score_answers(model, tokenizer, [r["prompt"] for r in states], offered)
+        finally:
+            model.train(was_training)
+        completion_ids: list[list[int]] = []
+        entropies, p_best, p_reference = [], [], []
+        for start, row, options, logprobs in zip(starts, states, offered, scores):
+            probs = distribution(logprobs, temperature)
+            # seeded by (run seed, step, group): a run resumed from a checkpoint draws the same completions
+            generator = torch.Generator().manual_seed(
+                zlib.crc32(f"{seed}/{trainer.state.global_step}/{start}".encode())
+            )
+            for index in choose(probs, greedy=False, generator=generator, draws=group_size):
+                completion_ids.append(answer_ids(tokenizer, options[index]))
+            entropies.append(entropy(probs))
+            returns = row.get("returns")
+            if returns:
+                best = max(returns.values())
+                p_best.append(sum(p for a, p in zip(options, probs) if returns.get(a) == best))
+            if row.get("reference_answer") in options:
+                p_reference.append(probs[options.index(row["reference_answer"])])
+        metrics = trainer._metrics["train"]
+        metrics["explore/candidate_entropy"].append(sum(entropies) / len(entropies))
+        if p_best:
+            metrics["explore/p_best"].append(sum(p_best) / len(p_best))
+        if p_reference:
+            metrics["explore/p_reference"].append(sum(p_reference) / len(p_reference))
+        ids = [prompt_ids(tokenizer, p) for p in prompts]
+        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": None}
+
+    return rollout

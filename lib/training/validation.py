@@ -1,0 +1,108 @@
+"""The GRPO learning curve: every `grpo.validate_every` steps the policy being trained plays greedy closed-loop
+episodes on a fixed validation seed set, and the run keeps the best checkpoint (best-of-k validation).
+
+Validation seeds are `train`-split seeds from their own block (`VALIDATION_SEED_OFFSET` on), so they are disjoint
+from the holdout splits by construction and from every corpus seed. Each point (the step, mean return with its
+95% CI, invalid rate) is appended to `grpo/validation.jsonl`; the best adapter so far is saved atomically to
+`grpo/adapter_best/`. Used by the grpo stage (lib/training/train.py); notebook 04_grpo and the report chart it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from ..io import atomic_write_text
+
+VALIDATION_SEED_OFFSET = 500_000  # far above any corpus seed, inside the train split's seed block
+
+
+def validation_seeds(episodes: int) -> range:
+    return range(VALIDATION_SEED_OFFSET, VALIDATION_SEED_OFFSET + episodes)
+
+
+def read_curve(path: Path) -> list[dict]:
+    """The validation points of a run, in step order (`grpo/validation.jsonl`)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    points = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            points.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+    return sorted(points, key=lambda p: p["step"])
+
+
+def best_point(points: list[dict]) -> dict | None:
+    """The point with the highest mean return; the earliest of equals (fewer steps away from SFT)."""
+    return max(points, key=lambda p: (p["mean_return"], -p["step"]), default=None)
+
+
+class ValidationCallback(TrainerCallback):
+    """Plays the validation episodes at step 0 (the SFT policy), every `every` steps and at the last step."""
+
+    def __init__(self, config, out_dir: Path, tokenizer, policy: dict):
+        self.config, self.out, self.tokenizer, self.policy = config, Path(out_dir), tokenizer, policy
+        self.every = config.grpo.validate_every
+        self.path = self.out / "validation.jsonl"
+        self.best: dict | None = None
+        self.done_steps: set[int] = set()
+        if self.path.exists():  # a resumed run continues its curve
+            points = read_curve(self.path)
+            self.best, self.done_steps = best_point(points), {p["step"] for p in points}
+
+    def _validate(self, step: int) -> None:
+        from ..evaluation.closed_loop import run_model_episodes, summarize
+
+        if step in self.done_steps:
+            return
+        model = self.policy["model"]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                episodes, actions = run_model_episodes(
+                    self.config,
+                    (model, self.tokenizer, {"policy": "grpo", "step": step}),
+                    validation_seeds(self.config.grpo.validation_episodes),
+                    "train",
+                    desc=None,
+                )
+        finally:
+            model.train(was_training)
+        summary = summarize(episodes, actions, resamples=1000)
+        point = {"step": step, **{k: summary[k] for k in ("n", "mean_return", "ci95", "invalid_rate")}}
+        lines = [json.dumps(p) for p in read_curve(self.path)] + [json.dumps(point)]
+        atomic_write_text(self.path, "\n".join(lines) + "\n")
+        self.done_steps.add(step)
+        if self.best is None or point["mean_return"] > self.best["mean_return"]:
+            self.best = point
+            target = self.out / "adapter_best"
+            tmp = target.with_name(".adapter_best.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        print(
+            f"validation step {step}: {point['mean_return']:.3f} (best {self.best['mean_return']:.3f} at "
+            f"step {self.best['step']})"
+        )
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._validate(state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            self._validate(state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._validate(state.global_step)

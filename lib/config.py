@@ -134,6 +134,11 @@ class GRPOStageConfig(Strict):
     num_generations: int = Field(ge=4)
     batch_size: int = Field(ge=1, description="prompts x generations per step must divide by num_generations")
     learning_rate: float = Field(gt=0)
+    lr_scheduler_type: Literal["linear", "constant", "cosine"] = Field(
+        "linear",
+        description="the learning rate over max_steps (transformers' schedulers): linear decay to 0 (TRL's "
+        "default), constant, or cosine",
+    )
     max_completion_length: int = Field(16, ge=4)
     max_prompt_length: int = Field(1024, ge=64, description="longer prompts are an error, never truncated")
     temperature: float = Field(

@@ -177,7 +177,13 @@ def _open_items(obs):
     last = render(obs)[1]["content"].splitlines()[-1]
     assert last.startswith("Open items: ")
     items = last.removeprefix("Open items: ").split(", ")
-    return [] if items == ["none"] else items
+    return [] if items == ["none"] else [item.split(" (safe alternative ")[0] for item in items]
+
+
+def _safe_named(obs):
+    """The `slot:number` pairs the open items name as safe alternatives."""
+    last = render(obs)[1]["content"].splitlines()[-1]
+    return {pair for part in last.split(" (safe alternative ")[1:] for pair in part.split(")")[0].split()}
 
 
 def _states(policies=("heuristic", "random", "evidence_expert"), seeds=range(12)):
@@ -246,3 +252,18 @@ def test_open_items_say_the_teachers_next_risk_last():
         assert json.loads(make_policy("heuristic").act(obs, env))["action"] == expected
         decisions += expected.startswith("stop")
     assert decisions > 40
+
+
+def test_open_items_name_the_safe_alternatives_of_each_risk_and_each_is_an_offered_substitute():
+    named_any = 0
+    for env, obs in _states():
+        named = _safe_named(obs)
+        offered = {c.id for c in obs.candidates}
+        assert {f"substitute:{pair}" for pair in named} <= offered
+        slot = dict(env.slots)
+        for pair in named:
+            drug = next(d for d, n in slot.items() if str(n) == pair.split(":")[0])
+            alternatives = [f for f in obs.evidence if f.drug == drug and f.kind == "alternative"]
+            assert alternatives[int(pair.split(":")[1]) - 1].detail == "ok"
+        named_any += bool(named)
+    assert named_any > 20

@@ -366,3 +366,21 @@ def test_registry_finds_the_spec_and_it_is_consistent():
     assert spec.harmful_kinds == HARMFUL_KINDS and set(spec.anti_cheat_rules) >= {"verify_spam", "skip_loop"}
     words = set(spec.vocabulary().split())
     assert {"analysis", "high", "S4", "verify"} <= words
+
+
+def test_the_trust_ranking_line_names_the_teachers_slot_first():
+    """The rendered ranking restates the evidence the teacher reads: its first slot is the one the teacher picks."""
+    env, decisions = SentinelTrustEnv(), 0
+    for seed in range(8):
+        teacher, observation = POLICIES["heuristic"](), env.reset(seed, "holdout")
+        teacher.begin(seed)
+        while True:
+            line = next(x for x in render(observation)[1]["content"].splitlines() if x.startswith("Overall trust"))
+            action = teacher.act(observation, env)
+            assert json.loads(action)["action"].split(":")[1] == line.split(": ", 1)[1].split()[0]
+            decisions += 1
+            result = env.step(action)
+            if result.done:
+                break
+            observation = result.observation
+    assert decisions > 50

@@ -283,6 +283,7 @@ def run_grpo(
         per_device_train_batch_size=g.batch_size,
         num_generations=g.num_generations,
         learning_rate=g.learning_rate,
+        lr_scheduler_type=g.lr_scheduler_type,
         max_completion_length=g.max_completion_length,
         temperature=g.temperature,
         top_k=g.top_k,

@@ -58,22 +58,47 @@ def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
 
     Order: moderate interactions where neither drug is monitored, renal 'reduce' verdicts on drugs still at a
     standard dose, renal 'avoid' verdicts, then major interactions, duplicates and contraindications, the one
-    the evidence lists first said last, nearest the answer. Derived from the rendered observation only, like
+    the evidence lists first said last, nearest the answer. A major risk names the alternatives its drugs'
+    evidence screens as ok ("contraindicated 4 (safe alternative 4:1)": the id `substitute:4:1` substitutes
+    it), which the teacher never uses. Derived from the rendered observation only, like
     the numbers still to review: once every drug is reviewed, the items other than 'moderate' are exactly the
     problems in the regimen (a test checks this against the environment's hidden problem list)."""
     standard = {drug for drug, dose, _ in observation.regimen if dose == "standard"}
     monitored = set(observation.monitored)
+    safe = safe_alternatives(observation, slot_of)
+
+    def with_safe(label: str, *drugs: str) -> str:
+        found = [number for drug in drugs for number in safe.get(drug, ())]
+        return f"{label} (safe alternative {' '.join(found)})" if found else label
+
     ranked: dict[str, tuple[int, int]] = {}
     for index, f in enumerate(observation.evidence):
         if f.kind in ("interaction", "duplicate"):
             pair = "+".join(str(n) for n in sorted((slot_of[f.drug], slot_of[f.other])))
             if f.kind == "duplicate" or f.detail in ("major", "contraindicated"):
                 label = f.detail if f.kind == "interaction" else "duplicate"
-                ranked.setdefault(f"{label} {pair}", (3, -index))
+                drugs = sorted((f.drug, f.other), key=slot_of.get)
+                ranked.setdefault(with_safe(f"{label} {pair}", *drugs), (3, -index))
             elif f.detail == "moderate" and not {f.drug, f.other} & monitored:
                 ranked.setdefault(f"moderate {pair}", (0, index))
         elif f.kind == "contraindication":
-            ranked.setdefault(f"contraindicated {slot_of[f.drug]}", (3, -index))
+            ranked.setdefault(with_safe(f"contraindicated {slot_of[f.drug]}", f.drug), (3, -index))
         elif f.kind == "renal" and (f.detail == "avoid" or f.detail == "reduce" and f.drug in standard):
-            ranked.setdefault(f"renal {f.detail} {slot_of[f.drug]}", (2 if f.detail == "avoid" else 1, index))
+            label = f"renal {f.detail} {slot_of[f.drug]}"
+            ranked.setdefault(
+                with_safe(label, f.drug) if f.detail == "avoid" else label, (2 if f.detail == "avoid" else 1, index)
+            )
     return sorted(ranked, key=ranked.get)
+
+
+def safe_alternatives(observation: Observation, slot_of: dict[str, int]) -> dict[str, list[str]]:
+    """Per drug, the alternatives its evidence screens as 'ok', written `slot:number` as a substitute's id names
+    them (the evidence numbers each drug's alternatives from 1, in the order it lists them)."""
+    safe: dict[str, list[str]] = {}
+    numbers: dict[str, int] = {}
+    for f in observation.evidence:
+        if f.kind == "alternative":
+            numbers[f.drug] = numbers.get(f.drug, 0) + 1
+            if f.detail == "ok":
+                safe.setdefault(f.drug, []).append(f"{slot_of[f.drug]}:{numbers[f.drug]}")
+    return safe

@@ -27,7 +27,8 @@ SYSTEM_PROMPT = (
 TEMPLATE_WORDS = (
     "Job level subtask of stakes Still to come none Budget steps step left verify allowance Done so far right wrong "
     "skipped Last job started invalid answer one lost you solved answered caught by your check accepted out time "
-    "In a row skip solve times Caught on this Evidence calls a call not called yet recent Solo Candidates"
+    "In a row skip solve times Caught on this Evidence calls a call not called yet recent Solo Candidates "
+    "Overall trust highest first"
 )
 
 
@@ -46,6 +47,15 @@ def slot_line(e: SlotEvidence) -> str:
         f"{e.slot}, {e.steps_per_call} {step_word} a call: {_cells(BANDS, e.bands)}; "
         f"{_cells(DOMAINS, e.domains)}; recent {recent}{caught}"
     )
+
+
+def trust_ranking(observation: Observation) -> str:
+    """Each slot's overall (right+1)/(calls+2) over every call, highest first (equal values in slot order), slots
+    caught wrong on this subtask left out while any other remains. Derived from the evidence lines above; it
+    ignores band, domain, recency and cost, which the evidence also shows."""
+    usable = [e for e in observation.slots if e.slot not in observation.failed_here] or list(observation.slots)
+    ranked = sorted(usable, key=lambda e: -(e.right + 1) / (e.calls + 2))  # stable: equal values keep slot order
+    return " ".join(f"{e.slot} {(e.right + 1) / (e.calls + 2):.2f}" for e in ranked)
 
 
 def render(observation: Observation) -> list[dict[str, str]]:
@@ -72,4 +82,6 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
     lines += [f'- "{c.id}"' for c in o.candidates]
+    # said last, nearest the answer (as PolyGuard's open items): derived from the evidence lines above
+    lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o)}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -28,7 +28,7 @@ TEMPLATE_WORDS = (
     "Job level subtask of stakes Still to come none Budget steps step left verify allowance Done so far right wrong "
     "skipped Last job started invalid answer one lost you solved answered caught by your check accepted out time "
     "In a row skip solve times Caught on this Evidence calls a call not called yet recent Solo Candidates "
-    "Overall trust highest first"
+    "Overall trust highest first Stakes now"
 )
 
 
@@ -82,6 +82,8 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
     lines += [f'- "{c.id}"' for c in o.candidates]
-    # said last, nearest the answer (as PolyGuard's open items): derived from the evidence lines above
+    # said last, nearest the answer (as PolyGuard's open items), restating what the lines above show: this
+    # subtask's stakes band and allowance, and each slot's overall record ranked
+    lines.append(f"Stakes now: {o.band}; verify allowance {o.verify_allowance}")
     lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o)}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

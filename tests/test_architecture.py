@@ -79,6 +79,7 @@ MICRO = {
     "grpo.max_steps": 2,
     "grpo.batch_size": 8,
     "grpo.num_generations": 4,
+    "grpo.validate_every": 0,  # the validation curve has its own test
     "eval.episodes": 8,
     "eval.train_episodes": 4,
     "eval.ablation_episodes": 4,

@@ -42,6 +42,7 @@ MICRO = {
     "grpo.max_steps": 4,
     "grpo.batch_size": 8,
     "grpo.num_generations": 4,
+    "grpo.validate_every": 0,  # the validation curve has its own test
     "grpo.logging_steps": 1,
 }
 

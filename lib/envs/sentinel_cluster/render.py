@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .state import AUDIT_COOLDOWN
+
 if TYPE_CHECKING:
     from .state import JobView, Observation, WorkerView
 
@@ -22,25 +24,30 @@ SYSTEM_PROMPT = (
 FLAG_TEXT = {"down": " GPU DOWN", "ahead": " AHEAD", "early": " EARLY", "": ""}
 
 
-def _worker(w: WorkerView) -> str:
+def _locked(last: int | None, tick: int) -> str:
+    """Said where asking again now would be spam, so the model reads it instead of doing arithmetic on ticks."""
+    return " LOCKED" if last is not None and tick - last < AUDIT_COOLDOWN else ""
+
+
+def _worker(w: WorkerView, tick: int) -> str:
     free = " ".join(f"{name}:{gb}" for name, gb in w.free) or "none"
     parts = [f"{w.name} {w.gpus}: free {free}"]
     if w.down:
         parts.append(f"down {' '.join(w.down)}")
     parts.append(f"checks {w.ok} ok {w.caught} false")
     if w.info is not None:
-        parts.append(f"info {'no data' if w.info < 0 else f'{w.info}%'} t{w.info_tick}")
+        parts.append(f"info {'no data' if w.info < 0 else f'{w.info}%'} t{w.info_tick}{_locked(w.info_tick, tick)}")
     return "; ".join(parts)
 
 
-def _audited(j: JobView) -> str:
-    return "" if j.audited is None else f", verified t{j.audited}"
+def _audited(j: JobView, tick: int) -> str:
+    return "" if j.audited is None else f", verified t{j.audited}{_locked(j.audited, tick)}"
 
 
-def _running(j: JobView) -> str:
+def _running(j: JobView, tick: int) -> str:
     return (
         f"- {j.name} p{j.priority} on {j.gpu} {j.worker} since t{j.tick}: reported {j.reported}% expected "
-        f"{j.expected}%{FLAG_TEXT[j.flag]}, due {j.due}{_audited(j)}"
+        f"{j.expected}%{FLAG_TEXT[j.flag]}, due {j.due}{_audited(j, tick)}"
     )
 
 
@@ -57,7 +64,7 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines = [
         f"Tick {o.tick} of {o.horizon}. Jobs: {summary or 'none yet'}{late}.",
         "Workers:",
-        *(_worker(w) for w in o.workers),
+        *(_worker(w, o.tick) for w in o.workers),
     ]
     ready = counts.get("queued", 0) - o.hopeless
     if o.queue:
@@ -65,11 +72,11 @@ def render(observation: Observation) -> list[dict[str, str]]:
         lines += [f"- {j.name} p{j.priority} {j.memory}GB {j.left} ticks left, due {j.due}" for j in o.queue]
     if o.running:
         lines.append(f"Running ({len(o.running)} of {counts.get('running', 0)}):")
-        lines += [_running(j) for j in o.running]
+        lines += [_running(j, o.tick) for j in o.running]
     if o.claims:
         lines.append(f"Unverified done ({len(o.claims)} of {counts.get('claimed', 0)}):")
         lines += [
-            f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j)}" for j in o.claims
+            f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j, o.tick)}" for j in o.claims
         ]
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's

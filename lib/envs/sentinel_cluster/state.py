@@ -10,6 +10,7 @@ from ..base import Candidate
 
 EPS = 1e-9
 LIE_TOLERANCE = 0.05  # a report this far above the truth is a lie (and a verify catches it)
+AUDIT_COOLDOWN = 3  # verifying a job, or asking a worker for telemetry, again within this many ticks is spam
 
 
 class Job:

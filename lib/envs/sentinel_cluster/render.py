@@ -76,7 +76,8 @@ def render(observation: Observation) -> list[dict[str, str]]:
     if o.claims:
         lines.append(f"Unverified done ({len(o.claims)} of {counts.get('claimed', 0)}):")
         lines += [
-            f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j, o.tick)}" for j in o.claims
+            f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j, o.tick)}"
+            for j in o.claims
         ]
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's

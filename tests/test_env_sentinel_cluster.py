@@ -467,6 +467,29 @@ def test_anti_cheat_rules_end_the_episode_at_zero_and_are_named(env, rule, answe
     assert anti_cheat_rule(result.info) is None and result.components["anti_cheat"] == 0.0
 
 
+
+def test_the_prompt_warns_before_each_anti_cheat_rule_it_can(env):
+    """A job verified, or a worker asked for telemetry, within the cooldown is marked LOCKED until asking again is
+    allowed; waits in a row with allocations offered are counted, so neither rule needs arithmetic on ticks."""
+    prompt = lambda o: env.render(o)[1]["content"]  # noqa: E731
+    observation = env.reset(0, "holdout")
+    observation = env.step(format_action("info:W1")).observation
+    assert re.search(r"^W1 .*info .* t0 LOCKED$", prompt(observation), re.M)
+    observation = env.step(_allocate(observation)).observation
+    job = observation.running[0].name
+    observation = env.step(format_action(f"verify:{job}")).observation
+    assert re.search(rf"^- {job} .*verified t2 LOCKED$", prompt(observation), re.M)
+    while observation.tick < 5:  # the cooldown (3 ticks) passes: the marks go
+        observation = env.step(_allocate(observation) if observation.queue else format_action("wait")).observation
+    assert "LOCKED" not in prompt(observation)
+    assert "Waited" not in prompt(observation)
+    for waits in (1, 2, 3):
+        assert any(c.kind == "alloc" for c in observation.candidates)
+        observation = env.step(format_action("wait")).observation
+        assert f"Waited {waits} ticks in a row with allocations offered; wait 4 in a row ends" in prompt(observation)
+    observation = env.step(_allocate(observation)).observation
+    assert "Waited" not in prompt(observation)
+
 # ---- splits -----------------------------------------------------------------------------------------------
 def test_splits_are_disjoint_and_every_size_occurs():
     blocks = {split: {split_seed(seed, split) for seed in range(500)} for split in SPLITS}

@@ -13,7 +13,8 @@ from .scenario import N_WORKERS, SIZES
 PROMPT_WORDS = (
     "Tick of Jobs none yet confirmed claimed timed out running queued too late Workers free down "
     "checks ok false info no data Queue most urgent GB ticks left due Running on since reported expected "
-    "verified LOCKED Unverified done by at Candidates alloc preempt verify info wait"
+    "verified LOCKED Unverified done by at Candidates alloc preempt verify info wait Waited in a row with allocations "
+    "offered ends the episode"
 )
 
 

@@ -16,14 +16,13 @@ from ..base import Candidate, Environment, StepResult, combine, split_seed
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import generate
-from .state import AUDIT_COOLDOWN, EPS, LIE_TOLERANCE, Gpu, Job, Observation, Worker, WorkerView
+from .state import AUDIT_COOLDOWN, EPS, IDLE_LIMIT, LIE_TOLERANCE, Gpu, Job, Observation, Worker, WorkerView
 
 QUEUE_SHOWN = 3  # queued jobs offered for allocation: the most urgent ones that can still meet their deadline
 RUNNING_SHOWN = 3  # running jobs offered for verify/preempt: failed GPU, report ahead, doubtful worker, priority
 CLAIMS_SHOWN = 3  # unverified "done" claims offered for verify
 OVERREPORT = 0.4  # an overreporting worker adds this to the true progress it reports
 CHURN_TICKS = 3  # preempting a job on a working GPU within this many ticks of allocating it is churn
-IDLE_LIMIT = 4  # this many waits in a row while an allocation was offered is an idle loop
 TELEMETRY_WINDOW = 3  # ticks of throughput a worker's telemetry covers
 ACTION_TEXT = {
     "alloc": "allocate {} to {}",
@@ -356,6 +355,7 @@ class SentinelClusterEnv(Environment):
             shown_running,
             shown_claims,
             self._candidates(shown_queue, shown_running, shown_claims),
+            self._idle,
         )
 
     def _candidates(self, queue: list[Job], running, claims) -> tuple[Candidate, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .state import AUDIT_COOLDOWN
+from .state import AUDIT_COOLDOWN, IDLE_LIMIT
 
 if TYPE_CHECKING:
     from .state import JobView, Observation, WorkerView
@@ -79,6 +79,10 @@ def render(observation: Observation) -> list[dict[str, str]]:
             f"- {j.name} p{j.priority} by {j.worker} at t{j.tick}{FLAG_TEXT[j.flag]}{_audited(j, o.tick)}"
             for j in o.claims
         ]
+    if o.idle:
+        lines.append(
+            f"Waited {o.idle} ticks in a row with allocations offered; wait {IDLE_LIMIT} in a row ends the episode."
+        )
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
     lines += [f'- "{c.id}"' for c in o.candidates]

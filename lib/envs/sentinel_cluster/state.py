@@ -10,6 +10,7 @@ from ..base import Candidate
 
 EPS = 1e-9
 LIE_TOLERANCE = 0.05  # a report this far above the truth is a lie (and a verify catches it)
+IDLE_LIMIT = 4  # this many waits in a row while an allocation was offered is an idle loop
 AUDIT_COOLDOWN = 3  # verifying a job, or asking a worker for telemetry, again within this many ticks is spam
 
 
@@ -159,3 +160,4 @@ class Observation(NamedTuple):
     running: tuple[JobView, ...]
     claims: tuple[JobView, ...]
     candidates: tuple[Candidate, ...]
+    idle: int = 0  # waits in a row while an allocation was offered (IDLE_LIMIT of them end the episode)

@@ -467,7 +467,6 @@ def test_anti_cheat_rules_end_the_episode_at_zero_and_are_named(env, rule, answe
     assert anti_cheat_rule(result.info) is None and result.components["anti_cheat"] == 0.0
 
 
-
 def test_the_prompt_warns_before_each_anti_cheat_rule_it_can(env):
     """A job verified, or a worker asked for telemetry, within the cooldown is marked LOCKED until asking again is
     allowed; waits in a row with allocations offered are counted, so neither rule needs arithmetic on ticks."""
@@ -489,6 +488,7 @@ def test_the_prompt_warns_before_each_anti_cheat_rule_it_can(env):
         assert f"Waited {waits} ticks in a row with allocations offered; wait 4 in a row ends" in prompt(observation)
     observation = env.step(_allocate(observation)).observation
     assert "Waited" not in prompt(observation)
+
 
 # ---- splits -----------------------------------------------------------------------------------------------
 def test_splits_are_disjoint_and_every_size_occurs():

@@ -177,13 +177,15 @@ def _open_items(obs):
     last = render(obs)[1]["content"].splitlines()[-1]
     assert last.startswith("Open items: ")
     items = last.removeprefix("Open items: ").split(", ")
-    return [] if items == ["none"] else [item.split(" (safe alternative ")[0] for item in items]
+    return [] if items == ["none"] else items
 
 
 def _safe_named(obs):
-    """The `slot:number` pairs the open items name as safe alternatives."""
-    last = render(obs)[1]["content"].splitlines()[-1]
-    return {pair for part in last.split(" (safe alternative ")[1:] for pair in part.split(")")[0].split()}
+    """The `slot:number` pairs the line before the open items names as safe alternatives."""
+    line = render(obs)[1]["content"].splitlines()[-2]
+    assert line.startswith("Safe alternatives: ")
+    pairs = line.removeprefix("Safe alternatives: ").split()
+    return set() if pairs == ["none"] else set(pairs)
 
 
 def _states(policies=("heuristic", "random", "evidence_expert"), seeds=range(12)):

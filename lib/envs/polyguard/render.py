@@ -41,37 +41,42 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
     lines += [f'- "{c.id}"' for c in observation.candidates]
-    # Said last, nearest the answer, and derived from the above: the risks the evidence states, most serious last,
-    # then the regimen numbers that still have no evidence.
+    # Said last, nearest the answer, and derived from the above: the safe alternatives of the major risks, then the
+    # risks the evidence states, most serious last, then the regimen numbers that still have no evidence. The
+    # alternatives have their own line so that the open items end on a regimen number (the tiny model learns to
+    # copy the last number far more reliably than one a few tokens back; docs/RESULTS.md).
     unreviewed = [
         str(slot)
         for slot, (drug, _, _) in zip(observation.slots, observation.regimen)
         if not any(f.drug == drug for f in observation.evidence)
     ]
-    items = flags(observation, slot_of) + ([f"to review {' '.join(unreviewed)}"] if unreviewed else [])
+    risks = open_risks(observation, slot_of)
+    safe = [pair for _, pairs in risks for pair in pairs]
+    items = [label for label, _ in risks] + ([f"to review {' '.join(unreviewed)}"] if unreviewed else [])
+    lines.append(f"Safe alternatives: {' '.join(safe) or 'none'}")
     lines.append(f"Open items: {', '.join(items) or 'none'}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
 
-def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
-    """The open risks the evidence above states, one item per risk, naming regimen numbers.
+def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[str, list[str]]]:
+    """The open risks the evidence above states, one item per risk, naming regimen numbers, each with the safe
+    alternatives of its drugs.
 
     Order: moderate interactions where neither drug is monitored, renal 'reduce' verdicts on drugs still at a
     standard dose, renal 'avoid' verdicts, then major interactions, duplicates and contraindications, the one
-    the evidence lists first said last, nearest the answer. A major risk names the alternatives its drugs'
-    evidence screens as ok ("contraindicated 4 (safe alternative 4:1)": the id `substitute:4:1` substitutes
-    it), which the teacher never uses. Derived from the rendered observation only, like
+    the evidence lists first said last, nearest the answer. A major risk comes with the alternatives its drugs'
+    evidence screens as ok (`("contraindicated 4", ["4:1"])`: the id `substitute:4:1` substitutes it), which the
+    teacher never uses. Derived from the rendered observation only, like
     the numbers still to review: once every drug is reviewed, the items other than 'moderate' are exactly the
     problems in the regimen (a test checks this against the environment's hidden problem list)."""
     standard = {drug for drug, dose, _ in observation.regimen if dose == "standard"}
     monitored = set(observation.monitored)
     safe = safe_alternatives(observation, slot_of)
 
-    def with_safe(label: str, *drugs: str) -> str:
-        found = [number for drug in drugs for number in safe.get(drug, ())]
-        return f"{label} (safe alternative {' '.join(found)})" if found else label
+    def with_safe(label: str, *drugs: str) -> tuple[str, tuple[str, ...]]:
+        return label, tuple(number for drug in drugs for number in safe.get(drug, ()))
 
-    ranked: dict[str, tuple[int, int]] = {}
+    ranked: dict[tuple[str, tuple[str, ...]], tuple[int, int]] = {}
     for index, f in enumerate(observation.evidence):
         if f.kind in ("interaction", "duplicate"):
             pair = "+".join(str(n) for n in sorted((slot_of[f.drug], slot_of[f.other])))
@@ -80,15 +85,15 @@ def flags(observation: Observation, slot_of: dict[str, int]) -> list[str]:
                 drugs = sorted((f.drug, f.other), key=slot_of.get)
                 ranked.setdefault(with_safe(f"{label} {pair}", *drugs), (3, -index))
             elif f.detail == "moderate" and not {f.drug, f.other} & monitored:
-                ranked.setdefault(f"moderate {pair}", (0, index))
+                ranked.setdefault((f"moderate {pair}", ()), (0, index))
         elif f.kind == "contraindication":
             ranked.setdefault(with_safe(f"contraindicated {slot_of[f.drug]}", f.drug), (3, -index))
         elif f.kind == "renal" and (f.detail == "avoid" or f.detail == "reduce" and f.drug in standard):
             label = f"renal {f.detail} {slot_of[f.drug]}"
             ranked.setdefault(
-                with_safe(label, f.drug) if f.detail == "avoid" else label, (2 if f.detail == "avoid" else 1, index)
+                with_safe(label, f.drug) if f.detail == "avoid" else (label, ()), (2 if f.detail == "avoid" else 1, index)
             )
-    return sorted(ranked, key=ranked.get)
+    return [(label, list(pairs)) for label, pairs in sorted(ranked, key=ranked.get)]
 
 
 def safe_alternatives(observation: Observation, slot_of: dict[str, int]) -> dict[str, list[str]]:

@@ -90,9 +90,8 @@ def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[
             ranked.setdefault(with_safe(f"contraindicated {slot_of[f.drug]}", f.drug), (3, -index))
         elif f.kind == "renal" and (f.detail == "avoid" or f.detail == "reduce" and f.drug in standard):
             label = f"renal {f.detail} {slot_of[f.drug]}"
-            ranked.setdefault(
-                with_safe(label, f.drug) if f.detail == "avoid" else (label, ()), (2 if f.detail == "avoid" else 1, index)
-            )
+            item = with_safe(label, f.drug) if f.detail == "avoid" else (label, ())
+            ranked.setdefault(item, (2 if f.detail == "avoid" else 1, index))
     return [(label, list(pairs)) for label, pairs in sorted(ranked, key=ranked.get)]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .policies import TRUST_VERIFY_BELOW
 from .scenario import BANDS, DOMAINS
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ TEMPLATE_WORDS = (
     "Job level subtask of stakes Still to come none Budget steps step left verify allowance Done so far right wrong "
     "skipped Last job started invalid answer one lost you solved answered caught by your check accepted out time "
     "In a row skip solve times Caught on this Evidence calls a call not called yet recent Solo Candidates "
-    "Overall trust highest first Stakes now top under at least"
+    "Overall trust highest first Stakes now"
 )
 
 
@@ -52,14 +51,11 @@ def slot_line(e: SlotEvidence) -> str:
 
 def trust_ranking(observation: Observation) -> str:
     """Each slot's overall (right+1)/(calls+2) over every call, highest first (equal values in slot order), slots
-    caught wrong on this subtask left out while any other remains, then whether the top value is under 0.65 (the
-    teacher's verify threshold, said in words: the tiny model misread the comparison of two decimals). Derived
-    from the evidence lines above; it ignores band, domain, recency and cost, which the evidence also shows."""
+    caught wrong on this subtask left out while any other remains. Derived from the evidence lines above; it
+    ignores band, domain, recency and cost, which the evidence also shows."""
     usable = [e for e in observation.slots if e.slot not in observation.failed_here] or list(observation.slots)
     ranked = sorted(usable, key=lambda e: -(e.right + 1) / (e.calls + 2))  # stable: equal values keep slot order
-    ranking = " ".join(f"{e.slot} {(e.right + 1) / (e.calls + 2):.2f}" for e in ranked)
-    top = (ranked[0].right + 1) / (ranked[0].calls + 2)
-    return f"{ranking} (top {'under' if top < TRUST_VERIFY_BELOW else 'at least'} {TRUST_VERIFY_BELOW:.2f})"
+    return " ".join(f"{e.slot} {(e.right + 1) / (e.calls + 2):.2f}" for e in ranked)
 
 
 def render(observation: Observation) -> list[dict[str, str]]:

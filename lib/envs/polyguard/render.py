@@ -58,14 +58,14 @@ def render(observation: Observation) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
 
-def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[str, list[str]]]:
+def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[str, tuple[str, ...]]]:
     """The open risks the evidence above states, one item per risk, naming regimen numbers, each with the safe
     alternatives of its drugs.
 
     Order: moderate interactions where neither drug is monitored, renal 'reduce' verdicts on drugs still at a
     standard dose, renal 'avoid' verdicts, then major interactions, duplicates and contraindications, the one
     the evidence lists first said last, nearest the answer. A major risk comes with the alternatives its drugs'
-    evidence screens as ok (`("contraindicated 4", ["4:1"])`: the id `substitute:4:1` substitutes it), which the
+    evidence screens as ok (`("contraindicated 4", ("4:1",))`: the id `substitute:4:1` substitutes it), which the
     teacher never uses. Derived from the rendered observation only, like
     the numbers still to review: once every drug is reviewed, the items other than 'moderate' are exactly the
     problems in the regimen (a test checks this against the environment's hidden problem list)."""
@@ -73,7 +73,8 @@ def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[
     monitored = set(observation.monitored)
     safe = safe_alternatives(observation, slot_of)
 
-    def with_safe(label: str, *drugs: str) -> tuple[str, tuple[str, ...]]:
+    def item(label: str, *drugs: str) -> tuple[str, tuple[str, ...]]:
+        """A risk's label with the safe alternatives of `drugs` (none named: none)."""
         return label, tuple(number for drug in drugs for number in safe.get(drug, ()))
 
     ranked: dict[tuple[str, tuple[str, ...]], tuple[int, int]] = {}
@@ -83,16 +84,15 @@ def open_risks(observation: Observation, slot_of: dict[str, int]) -> list[tuple[
             if f.kind == "duplicate" or f.detail in ("major", "contraindicated"):
                 label = f.detail if f.kind == "interaction" else "duplicate"
                 drugs = sorted((f.drug, f.other), key=slot_of.get)
-                ranked.setdefault(with_safe(f"{label} {pair}", *drugs), (3, -index))
+                ranked.setdefault(item(f"{label} {pair}", *drugs), (3, -index))
             elif f.detail == "moderate" and not {f.drug, f.other} & monitored:
-                ranked.setdefault((f"moderate {pair}", ()), (0, index))
+                ranked.setdefault(item(f"moderate {pair}"), (0, index))
         elif f.kind == "contraindication":
-            ranked.setdefault(with_safe(f"contraindicated {slot_of[f.drug]}", f.drug), (3, -index))
+            ranked.setdefault(item(f"contraindicated {slot_of[f.drug]}", f.drug), (3, -index))
         elif f.kind == "renal" and (f.detail == "avoid" or f.detail == "reduce" and f.drug in standard):
-            label = f"renal {f.detail} {slot_of[f.drug]}"
-            item = with_safe(label, f.drug) if f.detail == "avoid" else (label, ())
-            ranked.setdefault(item, (2 if f.detail == "avoid" else 1, index))
-    return [(label, list(pairs)) for label, pairs in sorted(ranked, key=ranked.get)]
+            named = (f.drug,) if f.detail == "avoid" else ()  # only an 'avoid' verdict names its alternatives
+            ranked.setdefault(item(f"renal {f.detail} {slot_of[f.drug]}", *named), (2 if named else 1, index))
+    return sorted(ranked, key=ranked.get)
 
 
 def safe_alternatives(observation: Observation, slot_of: dict[str, int]) -> dict[str, list[str]]:

@@ -46,8 +46,13 @@ class CorpusConfig(Strict):
         "represent a better policy at all",
     )
     grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
+    sft_noise_excluded_kinds: list[str] = Field(
+        [],
+        description="candidate kinds DART noise never executes (e.g. the kind that ends an episode), so noise "
+        "does not cut the teacher's episodes short",
+    )
     grpo_rollout_policies: list[str] | None = Field(
-        None, description="whose rollouts GRPO states come from; unset: the environment's rollout_policies"
+        None, description="whose rollouts GRPO states come from; unset: the environment's teacher and random policy"
     )
     grpo_improvable_share: float = Field(
         0.0,
@@ -65,12 +70,6 @@ class CorpusConfig(Strict):
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
     hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
     hf_instruction_rows: int = Field(200, ge=1)
-    extras: list[str] = Field(
-        [],
-        description="optional extra corpus text the environment offers by name "
-        "(EnvSpec.corpus_extras), written to corpus/extra_<name>.jsonl",
-    )
-    extras_cache_dir: str = "outputs/.extras_cache"
     expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
 
 
@@ -271,7 +270,7 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _known_to_the_environment(self):
-        """The environment exists, and every policy and corpus extra the config names is one it defines."""
+        """The environment exists, and every policy the config names is one it defines."""
         from .envs import get_spec
 
         spec = get_spec(self.env)
@@ -284,11 +283,6 @@ class RunConfig(Strict):
             unknown = sorted(set(names) - set(spec.policies))
             if unknown:
                 raise ValueError(f"{key}: {unknown} are not policies of {self.env!r} (it has {sorted(spec.policies)})")
-        unknown = sorted(set(self.corpus.extras) - set(spec.corpus_extras))
-        if unknown:
-            raise ValueError(
-                f"corpus.extras: {unknown} are not extras of {self.env!r} (it has {sorted(spec.corpus_extras)})"
-            )
         return self
 
 

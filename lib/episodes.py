@@ -31,6 +31,7 @@ class Episode:
     components: dict[str, float]
     transitions: list[dict] = field(default_factory=list)
     exploit: str | None = None
+    anti_cheat: str | None = None  # the anti-cheat rule the episode hit (the environment names it)
     invalid_reason: str | None = None  # a forced first action the parser rejected (the episode ended there)
 
 
@@ -164,6 +165,7 @@ def _finish(entry: Live, result, results: list, free: list, progress) -> bool:
         info["end_reason"],
         result.components,
         exploit=info.get("exploit"),
+        anti_cheat=info.get("anti_cheat"),
     )
     free.append(entry.env)
     if progress is not None:
@@ -221,7 +223,10 @@ def action_returns(envs, items, actor: Actor) -> list[tuple[float, dict]]:
     return [
         (e.episode_return, {"invalid": e.invalid_reason, "components": {}})
         if e.invalid_reason is not None
-        else (e.episode_return, {"components": e.components, "end_reason": e.end_reason, "exploit": e.exploit})
+        else (
+            e.episode_return,
+            {"components": e.components, "end_reason": e.end_reason, "exploit": e.exploit, "anti_cheat": e.anti_cheat},
+        )
         for e in episodes
     ]
 

@@ -45,6 +45,54 @@ def test_the_imports_command_lists_every_generic_module_and_passes():
     assert done.returncode == 0, done.stderr
     assert "lib.training.corpus: " in done.stdout and "import cycles: none" in done.stdout
     assert "generic modules importing an environment package: none" in done.stdout
+    assert "imports hidden behind strings: none" in done.stdout
+
+
+def test_no_import_hides_behind_a_string_and_the_check_can_fail():
+    """Every workbook import is a statement the graph sees; the environment registry's lookup of a user-given name
+    (lib.envs.get_spec) is the one allowed dynamic import."""
+    assert imports.hidden_imports() == []
+    assert set(imports.ALLOWED_DYNAMIC_IMPORTS) == {("lib.envs", "get_spec")}
+    planted = (
+        "import importlib\n"
+        "def load():\n"
+        "    return importlib.import_module('lib.training.train'), __import__('lib.io')\n"
+        "STAGE = 'training.train:run_sft'\n"
+        "NOT_A_MODULE = 'grpo:steps'\n"
+    )
+    hits = imports.hidden_in_source(planted, "lib.pipeline.stages")
+    assert [h.split(": ", 1)[0] for h in hits] == ["lib.pipeline.stages:3"] * 2 + ["lib.pipeline.stages:4"]
+    registry = "import importlib\ndef get_spec(name):\n    return importlib.import_module(name)\n"
+    assert imports.hidden_in_source(registry, "lib.envs") == []  # the allowed place ...
+    assert len(imports.hidden_in_source(registry, "lib.evaluation.evaluate")) == 1  # ... and only there
+
+
+def test_stages_are_function_references_the_import_graph_sees():
+    from lib.pipeline.stages import STAGES
+
+    edges = imports.graph()["lib.pipeline.stages"]
+    for stage in STAGES:
+        function = stage.function
+        assert callable(function) and function.__module__ in edges, (stage.name, function.__module__)
+    assert {s.function.__module__ for s in STAGES} == edges
+
+
+def test_one_home_each_benchmarks_stages_and_orchestration():
+    """Benchmark and probe code lives in lib/bench/ (bench/ holds only the evidence it wrote); lib/pipeline/ holds
+    orchestration only; the export and postsave stages live in lib/export/; evaluation trains nothing."""
+    root = imports.ROOT
+    assert not list((root.parent / "bench").glob("*.py"))
+    assert sorted(p.stem for p in (root / "pipeline").glob("*.py")) == ["__init__", "fork", "runner", "stages"]
+    assert {"bench_gpu", "bench_train", "gpu_check", "probe_explore", "probe_policy"} <= {
+        p.stem for p in (root / "bench").glob("*.py")
+    }
+    assert {"merge", "postsave"} <= {p.stem for p in (root / "export").glob("*.py")}
+    edges = imports.graph()
+    assert not [
+        m for m, targets in edges.items() if m.startswith("lib.evaluation.") and "lib.training.train" in targets
+    ]
+    reaching = [m for m, targets in edges.items() if any(t.startswith("lib.bench") for t in targets)]
+    assert all(m.startswith(("lib.bench", "lib.__main__")) for m in reaching), reaching  # no stage runs a benchmark
 
 
 def test_unknown_environment_is_a_clear_error_listing_the_known_ones():
@@ -63,8 +111,12 @@ def test_unknown_environment_is_a_clear_error_listing_the_known_ones():
 def test_a_spec_naming_a_policy_it_does_not_define_is_refused():
     spec = get_spec(TOY)
     fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
-    with pytest.raises(ValueError, match=r"names policies it does not define: \['ghost'\]"):
-        EnvSpec(**{**fields, "teacher": "ghost"})
+    with pytest.raises(ValueError, match=r"gives roles to policies it does not define: \['ghost'\]"):
+        EnvSpec(**{**fields, "roles": {**spec.roles, "ghost": "trivial"}})
+    with pytest.raises(ValueError, match=r"needs exactly one 'teacher' policy, has \['stride_two', 'oracle'\]"):
+        EnvSpec(**{**fields, "roles": {**spec.roles, "oracle": "teacher"}})
+    with pytest.raises(ValueError, match=r"unknown roles \['expert'\]"):
+        EnvSpec(**{**fields, "roles": {**spec.roles, "first_candidate": "expert"}})
     with pytest.raises(ValueError, match="unknown policy 'ghost' for environment 'toy'"):
         spec.make_policy("ghost")
 

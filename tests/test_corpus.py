@@ -8,7 +8,6 @@ from lib.config import load_config
 from lib.envs.base import SEEDS_PER_SPLIT
 from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv, render
-from lib.envs.polyguard.extras import drug_labels
 from lib.runs import Run
 from lib.training.corpus import CorpusHashError, read_jsonl, run_corpus
 
@@ -68,26 +67,21 @@ def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, 
     assert "corpus hashes are not pinned" in capsys.readouterr().out
 
 
-def test_offline_extras_are_skipped_loudly_never_silently(tmp_path, capsys):
+def test_offline_instruction_data_is_skipped_loudly_never_silently(tmp_path, capsys):
     config = load_config(
         "cpu-smoke",
         {
             **MICRO,
             "corpus.hf_instruction_dataset": "nobody/does-not-exist",
-            "corpus.extras": ["drug_labels"],
-            "corpus.extras_cache_dir": str(tmp_path / "cache"),
         },
     )
     run = Run(tmp_path / "extras", config)
-    texts, status = drug_labels(config, ["warfarin"], url="http://127.0.0.1:9/{drug}")
-    assert texts == [] and status.startswith("skipped: drug-label API unreachable")
     record = run_corpus(config, run)
     extras = run.manifest()["corpus_extras"]
     assert extras["hf_instruction_data"].startswith("skipped: could not load 'nobody/does-not-exist'")
-    assert extras["drug_labels"].startswith("skipped:")
     assert record["metrics"]["extras"] == extras
     printed = capsys.readouterr().out
-    assert "corpus extra hf_instruction_data: skipped" in printed and "corpus extra drug_labels: skipped" in printed
+    assert "corpus extra hf_instruction_data: skipped" in printed
 
 
 def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_teachers():
@@ -101,7 +95,7 @@ def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_
     env, teacher = PolyGuardEnv(), make_policy("heuristic")
     clean = sft_rows(SPEC, env, range(20), noise=0.0)
     assert all(r["executed"] == r["completion"][0]["content"] for r in clean)
-    noisy = sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0))
+    noisy = sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0), excluded=("finish", "review"))
     off_path = [r for r in noisy if r["executed"] != r["completion"][0]["content"]]
     assert off_path and len(off_path) < len(noisy)
     assert not any('"finish"' in r["executed"] or '"review"' in r["executed"] for r in off_path)
@@ -110,7 +104,7 @@ def test_dart_noise_moves_episodes_off_the_teachers_path_but_every_label_is_the_
         obs = state.restore(r["seed"], "train", r["history"])
         assert render(obs) == r["prompt"]
         assert teacher.act(obs, state) == r["completion"][0]["content"]
-    assert sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0)) == noisy
+    assert sft_rows(SPEC, env, range(20), noise=0.3, rng=random.Random(0), excluded=("finish", "review")) == noisy
 
 
 def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():

@@ -17,10 +17,8 @@ from lib.envs.base import MAX_CONSECUTIVE_INVALID, SPLITS, Invalid, format_actio
 from lib.envs.sentinel_cluster import SPEC, vocabulary
 from lib.envs.sentinel_cluster.attacks import (
     ANTI_CHEAT_RULES,
-    HARMFUL_KINDS,
+    HARMFUL_ATTACKS,
     PLAYED_EVERY,
-    anti_cheat_rule,
-    harmful_attacks,
 )
 from lib.envs.sentinel_cluster.env import SentinelClusterEnv
 from lib.envs.sentinel_cluster.policies import POLICIES, TRIVIAL
@@ -67,8 +65,8 @@ def finish_with_teacher(env, seed, split, history, text):
 # ---- protocol ---------------------------------------------------------------------------------------------
 def test_registry_finds_the_spec():
     spec = get_spec("sentinel_cluster")
-    assert spec is SPEC and spec.teacher == "heuristic" and spec.oracle == "oracle" and spec.expert
-    assert set(spec.harmful_kinds) == set(HARMFUL_KINDS) and set(spec.anti_cheat_rules) == set(ANTI_CHEAT_RULES)
+    assert spec is SPEC and spec.teacher == "heuristic" and spec.oracle == "oracle"
+    assert spec.harmful_attacks is HARMFUL_ATTACKS and set(spec.anti_cheat_rules) == set(ANTI_CHEAT_RULES)
     assert abs(sum(w for name, w in spec.reward_weights.items() if name != "anti_cheat") - 1.0) < 1e-9
     assert isinstance(spec.make_env(), SentinelClusterEnv)
 
@@ -429,14 +427,19 @@ def test_every_harmful_attack_scores_at_most_the_worst_legal_action(env):
         for transition in episode.transitions[:13:PLAYED_EVERY]:
             history = transition["history"]
             observation = env.restore(seed, split, history)
-            for kind, attack_history, text in list(harmful_attacks(env, seed, split, history, observation)):
+            attacks = [
+                (kind, *attack)
+                for kind, play in HARMFUL_ATTACKS.items()
+                for attack in play(env, seed, split, history, observation)
+            ]
+            for kind, attack_history, text in attacks:
                 state = env.restore(seed, split, attack_history)
                 worst = min(
                     finish_with_teacher(env, seed, split, attack_history, format_action(c.id)) for c in state.candidates
                 )
                 assert finish_with_teacher(env, seed, split, attack_history, text) <= worst, (kind, seed)
                 seen.add(kind)
-    assert seen == set(HARMFUL_KINDS)
+    assert seen == set(HARMFUL_ATTACKS)
 
 
 def _allocate(observation):
@@ -461,10 +464,10 @@ def test_anti_cheat_rules_end_the_episode_at_zero_and_are_named(env, rule, answe
     for answer in answers:
         result = env.step(answer(observation) if callable(answer) else answer)
         observation = result.observation
-    assert result.done and anti_cheat_rule(result.info) == rule and result.info["episode_return"] == 0.0
+    assert result.done and result.info["anti_cheat"] == rule and result.info["episode_return"] == 0.0
     assert result.components["anti_cheat"] == -1.0 and set(result.components) == set(SPEC.reward_weights)
     result = play(env, "heuristic", 0, "holdout")
-    assert anti_cheat_rule(result.info) is None and result.components["anti_cheat"] == 0.0
+    assert result.info["anti_cheat"] is None and result.components["anti_cheat"] == 0.0
 
 
 def test_the_prompt_warns_before_each_anti_cheat_rule_it_can(env):

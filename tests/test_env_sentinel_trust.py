@@ -13,7 +13,7 @@ import pytest
 
 from lib.envs import get_spec
 from lib.envs.base import MAX_CONSECUTIVE_INVALID, format_action, split_seed
-from lib.envs.sentinel_trust.attacks import HARMFUL_KINDS, UNOFFERED, anti_cheat_rule, harmful_attacks
+from lib.envs.sentinel_trust.attacks import HARMFUL_ATTACKS, UNOFFERED
 from lib.envs.sentinel_trust.env import SentinelTrustEnv, render
 from lib.envs.sentinel_trust.policies import POLICIES, TRIVIAL
 from lib.envs.sentinel_trust.reward import INVALID_PENALTY, WEIGHTS
@@ -300,12 +300,17 @@ def test_every_harmful_attack_scores_at_most_the_worst_legal_action():
         for history in list(_teacher_histories(seed, split))[::3]:
             env = SentinelTrustEnv()
             observation = env.restore(seed, split, history)
-            for kind, at, text in harmful_attacks(env, seed, split, history, observation):
+            attacks = [
+                (kind, *attack)
+                for kind, play in HARMFUL_ATTACKS.items()
+                for attack in play(env, seed, split, history, observation)
+            ]
+            for kind, at, text in attacks:
                 seen.add(kind)
                 state = SentinelTrustEnv().restore(seed, split, at)
                 worst = min(_finish_with_teacher(seed, split, at, format_action(c.id)) for c in state.candidates)
                 assert _finish_with_teacher(seed, split, at, text) <= worst + 1e-9, (kind, seed, len(at))
-    assert seen == set(HARMFUL_KINDS)
+    assert seen == set(HARMFUL_ATTACKS)
 
 
 def test_rule_hits_end_the_episode_with_zero_and_are_named(env):
@@ -313,12 +318,12 @@ def test_rule_hits_end_the_episode_with_zero_and_are_named(env):
     for _ in range(2):
         observation = env.step(_pick(observation, "skip")).observation
     result = env.step(_pick(observation, "skip"))
-    assert result.done and result.info["episode_return"] == 0.0 and anti_cheat_rule(result.info) == "skip_loop"
+    assert result.done and result.info["episode_return"] == 0.0 and result.info["anti_cheat"] == "skip_loop"
     observation = env.reset(0, "holdout")
     while observation.verify_allowance > 0:
         observation = env.step(_pick(observation, "verify", "S0")).observation
     result = env.step(_pick(observation, "verify", "S1"))
-    assert result.done and anti_cheat_rule(result.info) == "verify_spam" and result.info["episode_return"] == 0.0
+    assert result.done and result.info["anti_cheat"] == "verify_spam" and result.info["episode_return"] == 0.0
     assert json.loads(UNOFFERED)["action"] not in {c.id for c in observation.candidates}
 
 
@@ -363,7 +368,7 @@ def test_registry_finds_the_spec_and_it_is_consistent():
     assert type(spec)(**fields) == spec  # passes its own validation again
     assert isinstance(spec.make_env(), SentinelTrustEnv) and spec.teacher == "heuristic"
     assert set(spec.reported_policies) <= set(spec.policies)
-    assert spec.harmful_kinds == HARMFUL_KINDS and set(spec.anti_cheat_rules) >= {"verify_spam", "skip_loop"}
+    assert spec.harmful_kinds == tuple(HARMFUL_ATTACKS) and set(spec.anti_cheat_rules) >= {"verify_spam", "skip_loop"}
     words = set(spec.vocabulary().split())
     assert {"analysis", "high", "S4", "verify"} <= words
 

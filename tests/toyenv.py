@@ -8,17 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from lib.envs.base import (
-    Candidate,
-    Environment,
-    Invalid,
-    Policy,
-    StepResult,
-    combine,
-    format_action,
-    parse_action,
-    split_seed,
-)
+from lib.envs.base import Candidate, Environment, Policy, format_action
 from lib.envs.policies import FirstCandidate, RandomPolicy, RepeatLast
 from lib.envs.spec import EnvSpec
 
@@ -34,68 +24,41 @@ class Observation:
 
 
 class ToyEnv(Environment):
+    """Everything an environment implements on the contract; the base class runs `reset` and `step` (parsing,
+    invalid answers, the end of the episode, the clamped return)."""
+
     name = "toy"
     invalid_penalty = -0.1
+    weights = WEIGHTS
 
-    def __init__(self):
-        self._done = True
-
-    def reset(self, seed, split):
-        internal = split_seed(seed, split)
-        self.seed, self.split = seed, split
-        self.clue, self.internal = random.Random(internal).randrange(OPTIONS), internal
-        self.history, self.right, self.steps, self.invalid_run, self.last = [], 0, 0, 0, None
-        self._done = False
-        self.obs = self._observe()
-        return self.obs
+    def _begin(self, internal_seed):
+        self.clue = random.Random(internal_seed).randrange(OPTIONS)
+        self.right, self.last = 0, None
 
     def _observe(self):
         ids = [f"opt:{k}" for k in range(OPTIONS)]
-        random.Random(self.internal * 7 + self.steps).shuffle(ids)
-        return Observation(self.clue, self.steps, tuple(Candidate(i, "opt", (i[-1],), f"option {i[-1]}") for i in ids))
+        random.Random(self._internal * 7 + self._steps).shuffle(ids)
+        return Observation(self.clue, self._steps, tuple(Candidate(i, "opt", (i[-1],), f"option {i[-1]}") for i in ids))
 
     def answer(self) -> str:
         """Hidden state: the right option now (the oracle reads it)."""
-        return f"opt:{(self.clue + self.steps) % OPTIONS}"
+        return f"opt:{(self.clue + self._steps) % OPTIONS}"
 
-    def step(self, action_text):
-        if self._done:
-            raise RuntimeError("episode is over: call reset() first")
-        parsed = parse_action(action_text, self.obs.candidates)
-        self.steps += 1
-        info, exploit, end = {}, None, None
-        if isinstance(parsed, Invalid):
-            self.history.append("")
-            self.invalid_run += 1
-            reward, info["invalid"] = self.invalid_penalty, parsed.reason
-            end = "invalid_limit" if self.invalid_run >= 3 else None
-        else:
-            self.history.append(action_text.strip())
-            self.invalid_run, reward = 0, 0.0
-            chosen = parsed.candidate.id
-            if chosen == self.last:
-                exploit, end = "repeat", "exploit"
-            self.right += chosen == f"opt:{(self.clue + self.steps - 1) % OPTIONS}"
-            self.last = chosen
-        if end is None and self.steps >= STEPS:
-            end = "budget"
-        components = {}
-        if end is not None:
-            self._done = True
-            components = (
-                {"invalid_limit": 1.0}
-                if end == "invalid_limit"
-                else {"correct": self.right / STEPS, "anti_cheat": -1.0 if exploit else 0.0}
-            )
-            terminal = 0.0 if end == "invalid_limit" else min(1.0, max(0.0, combine(components, WEIGHTS)))
-            reward += terminal
-            info.update(end_reason=end, exploit=exploit, episode_return=terminal)
-        else:
-            self.obs = self._observe()
-        return StepResult(self.obs, reward, self._done, components, info)
+    def _apply(self, candidate, info):
+        """Count a right answer; choosing the option chosen just before is the exploit (it ends the episode)."""
+        repeated = candidate.id == self.last
+        self.right += candidate.id == f"opt:{(self.clue + self._steps - 1) % OPTIONS}"
+        self.last = candidate.id
+        return ("repeat" if repeated else None), None
+
+    def _after_step(self):
+        return "budget" if self._steps >= STEPS else None
+
+    def _score(self, exploit):
+        return {"correct": self.right / STEPS, "anti_cheat": -1.0 if exploit else 0.0}
 
     def state(self):
-        return {"clue": self.clue, "step": self.steps, "history": list(self.history), "done": self._done}
+        return {"clue": self.clue, "step": self._steps, "history": list(self.history), "done": self.done}
 
     def render(self, observation):
         listed = "\n".join(f'- "{c.id}"' for c in observation.candidates)
@@ -124,28 +87,24 @@ class Oracle(Policy):
         return format_action(env.answer())
 
 
-def repeat_attack(env, seed, split, history, observation):
+def repeat_previous(env, seed, split, history, observation):
     """Answer the option the previous step chose again (the exploit); only where there was a previous step."""
     if history and history[-1]:
-        yield "repeat_previous", history, history[-1]
+        yield history, history[-1]
 
 
 SPEC = EnvSpec(
     name="toy",
-    description="pick the option the clue points at",
     make_env=ToyEnv,
     policies={p.name: p for p in (RandomPolicy, StrideTwo, Oracle, FirstCandidate, RepeatLast)},
-    baselines=("random", "stride_two", "oracle"),
-    trivial=("first_candidate", "repeat_last"),
-    teacher="stride_two",
-    oracle="oracle",
-    random="random",
-    reward_weights=WEIGHTS,
-    reward_doc=__doc__,
+    roles={
+        "random": "random",
+        "stride_two": "teacher",
+        "oracle": "oracle",
+        "first_candidate": "trivial",
+        "repeat_last": "trivial",
+    },
     anti_cheat_rules=("repeat",),
-    anti_cheat_rule=lambda info: info.get("exploit"),
-    harmful_kinds=("repeat_previous",),
-    harmful_attacks=repeat_attack,
+    harmful_attacks={"repeat_previous": repeat_previous},
     vocabulary=lambda: "Pick the right option Clue Step Candidates opt",
-    rollout_policies=("stride_two", "random"),
 )

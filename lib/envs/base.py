@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,63 +110,116 @@ def split_seed(seed: int, split: str) -> int:
     return SPLITS.index(split) * SEEDS_PER_SPLIT + seed
 
 
-def combine(components: dict[str, float], weights: dict[str, float]) -> float:
+def combine(components: Mapping[str, float], weights: Mapping[str, float]) -> float:
     """Weighted sum of named components; components without a weight (e.g. penalties) add as they are."""
     return sum(weights.get(name, 1.0) * value for name, value in components.items())
 
 
-class Environment(ABC):
-    """The protocol. `invalid_penalty` is the fixed step reward of any invalid action; it is strictly
-    below the worst return a legal action can lead to, so garbage never beats a real decision.
+def clamp(value: float) -> float:
+    """A return into [0, 1]."""
+    return min(1.0, max(0.0, value))
 
-    `step` returns a `StepResult` whose `info` holds "invalid" (the parser's reason) for an invalid action and,
-    when the episode ends, "episode_return" (in [0, 1]), "end_reason" and "exploit" (an anti-cheat rule the
-    episode hit, or None)."""
+
+class Environment(ABC):
+    """The protocol, and the one implementation of its bookkeeping. `reset` and `step` live here; an environment
+    implements only what is its own:
+
+    - `_begin(internal_seed)`: set up a new episode (the scenario of `self.seed`, `self.split`);
+    - `_observe()`: the current observation (it carries the `candidates` tuple);
+    - `_apply(candidate, info)`: carry out one legal action; returns `(exploit, end_reason)`, the anti-cheat
+      rule it broke (which ends the episode) and the end it caused (e.g. "finish"), each None if none;
+      it may add entries to the step's `info`;
+    - `_after_step()`: after any answer that did not end the episode, move on what moves by itself (a clock)
+      and return the end reason when the episode is now over (e.g. "budget"), else None;
+    - `_score(exploit)`: the terminal reward components of an episode that ended other than by the invalid
+      limit (combined with `weights`, clamped to [0, 1]);
+    - optionally `_on_invalid()` (what an invalid answer costs beyond `invalid_penalty`), `_end_info(info,
+      end_reason)` (extra facts about an ended episode) and `_rule_hit(exploit, components)` (the anti-cheat
+      rule an ended episode hit; by default the exploit that ended it).
+
+    `invalid_penalty` is the fixed step reward of any invalid action; it is strictly below the worst return a
+    legal action can lead to, so garbage never beats a real decision. `step` returns a `StepResult` whose
+    `info` holds "invalid" (the parser's reason) for an invalid action, or "action" and "action_key" for a
+    legal one, and, when the episode ends, "end_reason", "exploit", "anti_cheat" (the rule hit, or None),
+    "terminal_reward" and "episode_return" (in [0, 1]; 0 for an episode lost to MAX_CONSECUTIVE_INVALID
+    invalid answers in a row). The base owns `seed`, `split`, `history`, `done` and the counters
+    `_steps`, `_total` (the return so far), `_internal` (the internal seed) and `_obs`."""
 
     name: str
     invalid_penalty: float
+    weights: Mapping[str, float]
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
     seed: int  # the current episode's (seed, split), as given to reset()
     split: str
+    _done: bool = True
 
-    @abstractmethod
-    def reset(self, seed: int, split: str) -> Any: ...
+    # ---- the protocol (implemented here) --------------------------------------------------------
+    def reset(self, seed: int, split: str) -> Any:
+        """Start the episode of (seed, split) and return its first observation."""
+        internal = split_seed(seed, split)
+        self.seed, self.split, self._internal = seed, split, internal
+        self.history = []
+        self._steps = self._consecutive_invalid = 0
+        self._total = 0.0
+        self._done = False
+        self._begin(internal)
+        self._obs = self._observe()
+        return self._obs
 
-    @abstractmethod
-    def step(self, action_text: str) -> StepResult: ...
-
-    @abstractmethod
-    def state(self) -> dict[str, Any]: ...
-
-    @abstractmethod
-    def render(self, observation: Any) -> list[dict[str, str]]: ...
-
-    @property
-    def done(self) -> bool:
-        """Whether the current episode has ended (environments keep `_done`)."""
-        return self._done
-
-    def _read_answer(self, action_text: str) -> tuple[Candidate | None, dict[str, Any]]:
-        """The first half of every `step`: refuse a finished episode, count the step, parse the answer strictly
-        against the current observation's candidates, record it in `history` (an invalid one as "", so any
-        invalid text replays identically) and track the invalid streak. Returns (the chosen candidate or None,
-        the step's info). Environments keep `_done`, `_obs`, `_steps` and `_consecutive_invalid`."""
+    def step(self, action_text: str) -> StepResult:
+        """Parse the answer strictly against the current candidates, apply it (or its invalid penalty), and end
+        the episode when a rule, the environment or MAX_CONSECUTIVE_INVALID invalid answers in a row say so."""
         if self._done:
             raise RuntimeError("episode is over: call reset() first")
         parsed = parse_action(action_text, self._obs.candidates)
         self._steps += 1
+        exploit = end_reason = None
         if isinstance(parsed, Invalid):
-            self.history.append("")
+            self.history.append("")  # any invalid text replays identically
             self._consecutive_invalid += 1
-            return None, {"invalid": parsed.reason}
-        self.history.append(action_text.strip())
-        self._consecutive_invalid = 0
-        candidate = parsed.candidate
-        return candidate, {"action": candidate.text, "action_key": list(candidate.key)}
+            info: dict[str, Any] = {"invalid": parsed.reason}
+            reward = self.invalid_penalty
+            self._on_invalid()
+            if self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID:
+                end_reason = "invalid_limit"
+        else:
+            self.history.append(action_text.strip())
+            self._consecutive_invalid = 0
+            candidate = parsed.candidate
+            info = {"action": candidate.text, "action_key": list(candidate.key)}
+            reward = 0.0
+            exploit, end_reason = self._apply(candidate, info)
+            if exploit is not None and end_reason is None:
+                end_reason = "exploit"
+        if end_reason is None:
+            end_reason = self._after_step()
+        components: dict[str, float] = {}
+        if end_reason is not None:
+            self._done = True
+            if end_reason == "invalid_limit":
+                terminal, components = 0.0, {"invalid_limit": 1.0}  # an episode lost to garbage earns nothing
+            else:
+                components = self._score(exploit)
+                terminal = clamp(combine(components, self.weights))
+            reward += terminal
+            info.update(
+                end_reason=end_reason,
+                exploit=exploit,
+                anti_cheat=None if end_reason == "invalid_limit" else self._rule_hit(exploit, components),
+                terminal_reward=terminal,
+            )
+            self._end_info(info, end_reason)
+        self._total += reward
+        if self._done:
+            info["episode_return"] = 0.0 if end_reason == "invalid_limit" else clamp(self._total)
+        else:
+            self._obs = self._observe()
+        return StepResult(self._obs, reward, self._done, components, info)
 
     @property
-    def _invalid_limit_hit(self) -> bool:
-        return self._consecutive_invalid >= MAX_CONSECUTIVE_INVALID
+    def done(self) -> bool:
+        """Whether the current episode has ended."""
+        return self._done
 
     def restore(self, seed: int, split: str, history: list[str]) -> Any:
         """Rebuild a mid-episode state by replaying its action history (GRPO step mode, corpus scoring)."""
@@ -176,6 +230,42 @@ class Environment(ABC):
                 raise ValueError(f"history ends the episode at step {position + 1}; cannot restore past it")
             observation = result.observation
         return observation
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Debugging and oracle view of the whole state, hidden parts included."""
+
+    @abstractmethod
+    def render(self, observation: Any) -> list[dict[str, str]]:
+        """The chat messages a model sees for `observation` (the one renderer of every prompt)."""
+
+    # ---- what each environment implements -------------------------------------------------------
+    @abstractmethod
+    def _begin(self, internal_seed: int) -> None: ...
+
+    @abstractmethod
+    def _observe(self) -> Any: ...
+
+    @abstractmethod
+    def _apply(self, candidate: Candidate, info: dict[str, Any]) -> tuple[str | None, str | None]: ...
+
+    @abstractmethod
+    def _after_step(self) -> str | None: ...
+
+    @abstractmethod
+    def _score(self, exploit: str | None) -> dict[str, float]: ...
+
+    def _on_invalid(self) -> None:
+        """What an invalid answer costs besides `invalid_penalty` (default: nothing)."""
+        return None
+
+    def _end_info(self, info: dict[str, Any], end_reason: str) -> None:
+        """Add facts about the ended episode to its last step's `info` (default: none)."""
+        return None
+
+    def _rule_hit(self, exploit: str | None, components: dict[str, float]) -> str | None:
+        """The anti-cheat rule an ended episode hit: by default the exploit that ended it."""
+        return exploit
 
 
 class Policy:

@@ -1,74 +1,101 @@
-"""`EnvSpec`: everything the generic machinery needs to know about one environment, in one object.
+"""`EnvSpec`: the facts about one environment that the generic machinery needs, in one object.
 
 Each environment package under `lib/envs/<name>/` exposes `SPEC = EnvSpec(...)`. The corpus, training,
-evaluation, the anti-hacking suite, the charts, the report and the gate read the environment's policies,
-reward weights, anti-cheat rules and attacks from here and name no environment themselves.
+evaluation, the anti-hacking suite, the charts, the report and the gate read the environment's policies and
+their roles, its reward weights, anti-cheat rules and attacks from here and name no environment themselves.
+How to train on it (whose rollouts GRPO states come from, which actions DART noise avoids) is recipe, and lives
+in the profiles and the config, not here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Environment, Policy
 
-# (attack kind, history of the state it is played at, the completion text) -> scored against the worst legal
-# action at that same state by the anti-hacking suite.
-HarmfulAttack = tuple[str, list[str], str]
+# An attack of one kind, at a state: (env, seed, split, history, observation) -> every (history of the state it
+# is played at, the completion text). The anti-hacking suite scores each against the worst legal action there.
+Attack = Callable[[Environment, int, str, list[str], Any], Iterable[tuple[list[str], str]]]
+
+ROLES = ("random", "teacher", "oracle", "baseline", "trivial")
+SINGLE_ROLES = ("random", "teacher", "oracle")  # exactly one policy has each of these
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     """One environment, as the machinery sees it.
 
-    - `make_env()` builds a fresh environment (one per concurrent episode).
-    - `policies` maps every scripted policy's name to its class. `baselines` and `trivial` list which of them
-      evaluation and `python -m lib baselines` report, and in which group. `teacher` writes the SFT corpus and
-      is the default GRPO reference; `oracle` reads hidden state (the ceiling); `random` is the floor.
-    - `reward_weights` names every reward component with its weight; `reward_doc` says how the return is
-      computed. `anti_cheat_rule(info)` names the rule an ended episode hit (or None), one of
-      `anti_cheat_rules`.
-    - `harmful_attacks(env, seed, split, history, observation)` yields format-perfect but harmful answers at a
-      state (kinds listed in `harmful_kinds`); the malformed attacks are generic.
-    - `noise_excluded_kinds`: candidate kinds DART noise in the SFT corpus never executes (episode enders).
-    - `rollout_policies`: whose rollouts GRPO prompt states are drawn from by default.
-    - `vocabulary()`: text the tiny model's tokenizer is trained on besides the corpus (every name the
-      environment can show).
-    - `corpus_extras`: optional extra SFT text by name, `fn(config) -> (rows, status)`; a config turns one
-      on with `corpus.extras: [name]`.
+    - `make_env()` builds a fresh environment (one per concurrent episode); its class's `weights` name every
+      reward component with its weight.
+    - `policies` maps every scripted policy's name to its class.
+    - `roles` maps each reported policy to its role, in report order: exactly one `teacher` (writes the SFT
+      corpus; the default GRPO reference), one `oracle` (reads hidden state: the ceiling) and one `random` (the
+      floor); other `baseline`s; and `trivial` policies (degenerate answers a trained policy must beat).
+      Policies without a role (helpers) are not reported.
+    - `anti_cheat_rules`: every rule the environment enforces (the `anti_cheat` an ended episode's info names).
+    - `harmful_attacks`: format-perfect but harmful answers by kind (see `Attack`); the malformed attacks are
+      generic.
+    - `vocabulary()`: every name an observation can show (drugs, slots, workers...), so the tiny model's
+      tokenizer, trained on train-split prompts, still has words for what only holdout_novel shows.
     """
 
     name: str
-    description: str
     make_env: Callable[[], Environment]
     policies: Mapping[str, type[Policy]]
-    baselines: tuple[str, ...]
-    trivial: tuple[str, ...]
-    teacher: str
-    oracle: str
-    random: str
-    reward_weights: Mapping[str, float]
-    reward_doc: str
+    roles: Mapping[str, str]
     anti_cheat_rules: tuple[str, ...]
-    anti_cheat_rule: Callable[[dict], str | None]
-    harmful_kinds: tuple[str, ...]
-    harmful_attacks: Callable[[Environment, int, str, list[str], Any], Iterable[HarmfulAttack]]
+    harmful_attacks: Mapping[str, Attack]
     vocabulary: Callable[[], str]
-    rollout_policies: tuple[str, ...]
-    noise_excluded_kinds: tuple[str, ...] = ()
-    expert: str | None = None
-    corpus_extras: Mapping[str, Callable[[Any], tuple[list[dict], str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        named = {self.teacher, self.oracle, self.random, *self.baselines, *self.trivial, *self.rollout_policies}
-        if self.expert:
-            named.add(self.expert)
-        missing = sorted(named - set(self.policies))
+        missing = sorted(set(self.roles) - set(self.policies))
         if missing:
-            raise ValueError(f"environment {self.name!r} names policies it does not define: {missing}")
-        if set(self.baselines) & set(self.trivial):
-            raise ValueError(f"environment {self.name!r}: a policy cannot be both baseline and trivial")
+            raise ValueError(f"environment {self.name!r} gives roles to policies it does not define: {missing}")
+        wrong = sorted({role for role in self.roles.values() if role not in ROLES})
+        if wrong:
+            raise ValueError(f"environment {self.name!r}: unknown roles {wrong}; roles are {ROLES}")
+        for role in SINGLE_ROLES:
+            holders = [name for name, r in self.roles.items() if r == role]
+            if len(holders) != 1:
+                raise ValueError(f"environment {self.name!r} needs exactly one {role!r} policy, has {holders}")
+
+    def _holding(self, *roles: str) -> tuple[str, ...]:
+        return tuple(name for name, role in self.roles.items() if role in roles)
+
+    @property
+    def teacher(self) -> str:
+        return self._holding("teacher")[0]
+
+    @property
+    def oracle(self) -> str:
+        return self._holding("oracle")[0]
+
+    @property
+    def random(self) -> str:
+        return self._holding("random")[0]
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        return self._holding("random", "teacher", "oracle", "baseline")
+
+    @property
+    def trivial(self) -> tuple[str, ...]:
+        return self._holding("trivial")
+
+    @property
+    def reported_policies(self) -> tuple[str, ...]:
+        """Every baseline, then every trivial policy: what evaluation and `baselines` report."""
+        return (*self.baselines, *self.trivial)
+
+    @property
+    def harmful_kinds(self) -> tuple[str, ...]:
+        return tuple(self.harmful_attacks)
+
+    @property
+    def reward_weights(self) -> Mapping[str, float]:
+        return self.make_env().weights
 
     def make_policy(self, name: str) -> Policy:
         if name not in self.policies:
@@ -76,11 +103,6 @@ class EnvSpec:
                 f"unknown policy {name!r} for environment {self.name!r}; available: {sorted(self.policies)}"
             )
         return self.policies[name]()
-
-    @property
-    def reported_policies(self) -> tuple[str, ...]:
-        """Every baseline, then every trivial policy: what evaluation and `baselines` report."""
-        return (*self.baselines, *self.trivial)
 
     def policy_kind(self, name: str) -> str:
         return "baseline" if name in self.baselines else "trivial" if name in self.trivial else "other"

@@ -82,8 +82,9 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
         attacks = [make(candidates) for make in ATTACKS.values()]
         for name, value in zip(ATTACKS, score(seed, history, attacks)):
             per_kind[name].append((value, worst))
-        for kind, at, text in list(spec.harmful_attacks(env, seed, split, history, observation)):
-            per_kind[kind].append((score(seed, at, [text])[0], worst if at == history else worst_legal(seed, at)))
+        for kind, attack in spec.harmful_attacks.items():
+            for at, text in list(attack(env, seed, split, history, observation)):
+                per_kind[kind].append((score(seed, at, [text])[0], worst if at == history else worst_legal(seed, at)))
     results = {}
     for name, pairs in per_kind.items():
         if not pairs:

@@ -39,13 +39,13 @@ def read_jsonl(path: Path) -> list[dict]:
 
 class _NoisyTeacher(Policy):
     """The environment's teacher, with DART-style noise: with probability `noise` a random candidate (not of a kind
-    the spec excludes, such as ending the episode) is executed instead of the teacher's action. `labels` keeps
+    in `excluded`, such as ending the episode) is executed instead of the teacher's action. `labels` keeps
     what the teacher chose at each step."""
 
-    def __init__(self, spec, noise: float, rng: random.Random, teacher: str | None = None):
+    def __init__(self, spec, noise: float, rng: random.Random, teacher: str | None = None, excluded=()):
         self.teacher = scripted_policy(spec, teacher or spec.teacher)
         self.noise, self.rng, self.labels = noise, rng, []
-        self.excluded = spec.noise_excluded_kinds
+        self.excluded = tuple(excluded)
 
     def begin(self, seed: int) -> None:
         self.teacher.begin(seed)
@@ -71,14 +71,16 @@ def sft_rows(
     smoothing: float = 0.0,
     smoothing_rng: random.Random | None = None,
     teacher: str | None = None,
+    excluded: tuple[str, ...] = (),
 ) -> list[dict]:
     """Teacher transcripts: one row per state, labelled with the teacher's action there.
 
-    With `noise` > 0 (DART-style noise injection) the episode sometimes continues from a state off the
-    teacher's own path, which a learner that makes one mistake will also reach. With `label="teacher"` every
-    row is labelled with what the teacher does at that state. With `label="executed"` a row is labelled with
-    the action actually taken, so SFT clones the noisy teacher: its most likely action is still the teacher's,
-    and the rest of its probability is spread over every kind of legal action, which GRPO can then sample.
+    With `noise` > 0 (DART-style noise injection) the episode sometimes continues, through a random candidate of
+    a kind not in `excluded`, from a state off the teacher's own path, which a learner that makes one mistake
+    will also reach. With `label="teacher"` every row is labelled with what the teacher does at that state. With
+    `label="executed"` a row is labelled with the action actually taken, so SFT clones the noisy teacher: its
+    most likely action is still the teacher's, and the rest of its probability is spread over every kind of
+    legal action, which GRPO can then sample.
     Either way the executed action is recorded as `executed` and the teacher's as `teacher`.
 
     With `smoothing` > 0 (label smoothing over the offered answers), each row's label is, with that probability, a
@@ -87,7 +89,7 @@ def sft_rows(
     on-policy GRPO can sample, and push up, an action that beats the teacher."""
     if label not in ("teacher", "executed"):
         raise ValueError(f"unknown SFT label {label!r}: 'teacher' or 'executed'")
-    policy = _NoisyTeacher(spec, noise, rng or random.Random(0), teacher)
+    policy = _NoisyTeacher(spec, noise, rng or random.Random(0), teacher, excluded)
     smoothing_rng = smoothing_rng or random.Random(0)
     rows = []
     for seed in seeds:
@@ -240,12 +242,13 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         c.sft_label_smoothing,
         random.Random(f"{config.seed}/label-smoothing"),
         c.sft_policy,
+        tuple(c.sft_noise_excluded_kinds),
     )
     grpo, grpo_stats = grpo_rows(
         spec,
         env,
         tqdm(grpo_seeds, desc="corpus/grpo rollouts"),
-        list(c.grpo_rollout_policies or spec.rollout_policies),
+        list(c.grpo_rollout_policies or (spec.teacher, spec.random)),
         c.grpo_prompts,
         config.reference_policy,
         random.Random(config.seed),
@@ -254,12 +257,6 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     )
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
-    extra_rows = {}
-    for name, make in spec.corpus_extras.items():
-        if name in c.extras:
-            extra_rows[name], extras[name] = make(config)
-        else:
-            extras[name] = "skipped: not in corpus.extras"
     for name, status in extras.items():
         print(f"corpus extra {name}: {status}")
     _write_jsonl(out / "sft.jsonl", sft)
@@ -268,10 +265,6 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
     if instructions:
         _write_jsonl(out / "hf_instructions.jsonl", instructions)
         files.append("hf_instructions.jsonl")
-    for name, rows in extra_rows.items():
-        if rows:
-            _write_jsonl(out / f"extra_{name}.jsonl", rows)
-            files.append(f"extra_{name}.jsonl")
     hashes = {name: sha256_file(out / name) for name in files}
     for warning in check_hashes(hashes, c.expected_hash):
         print(f"warning: {warning}")

@@ -82,7 +82,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
         for text, (score, info) in zip(texts, scored):
             invalid += "invalid" in info
             exploits += bool(info.get("exploit"))
-            rule = spec.anti_cheat_rule(info) if "invalid" not in info else None
+            rule = info.get("anti_cheat")
             if rule is not None:
                 rules[rule] = rules.get(rule, 0) + 1
             for name, value in info["components"].items():

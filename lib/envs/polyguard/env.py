@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Candidate, Environment, StepResult, combine, split_seed
+from ..base import Candidate, Environment
 from .kb import KnowledgeBase, default_kb
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
@@ -58,13 +58,10 @@ class PolyGuardEnv(Environment):
 
     def __init__(self, kb: KnowledgeBase | None = None):
         self.kb = kb or default_kb()
-        self._done = True
 
-    # ---- protocol -------------------------------------------------------------------------------
-    def reset(self, seed: int, split: str) -> Observation:
-        internal = split_seed(seed, split)
-        scenario = generate(self.kb, internal, novel=split == "holdout_novel")
-        self.seed, self.split, self._internal = seed, split, internal
+    # ---- the episode (the base class runs reset and step) ---------------------------------------
+    def _begin(self, internal_seed: int) -> None:
+        scenario = generate(self.kb, internal_seed, novel=self.split == "holdout_novel")
         self.patient = scenario.patient
         self.regimen: dict[str, str] = dict.fromkeys(scenario.regimen, "standard")
         self.initial_regimen = tuple(scenario.regimen)
@@ -74,68 +71,40 @@ class PolyGuardEnv(Environment):
         self.gathered: set[str] = set()
         self.monitored: set[str] = set()
         self.notes: list[str] = []
-        self.history: list[str] = []
         self._executed: set[tuple] = set()
         self._seen_regimens = {self._signature()}
-        self._steps = self._valid = self._consecutive_invalid = 0
-        self._total = 0.0
-        self._done = False
+        self._valid = 0
+        self._final: frozenset[Problem] = frozenset()
         self._evidence_cache: dict[str, tuple[Finding, ...]] = {}
-        self._obs = self._observe()
-        return self._obs
 
-    def step(self, action_text: str) -> StepResult:
-        candidate, info = self._read_answer(action_text)
-        self._regimen_changed = False
-        exploit = None
-        end_reason = None
-        if candidate is None:
-            reward = INVALID_PENALTY
-            if self._invalid_limit_hit:
-                end_reason = "invalid_limit"
-        else:
-            self._valid += 1
-            reward = 0.0
-            exploit, end_reason = self._apply(candidate)
-        if end_reason is None and self._steps >= self.budget:
-            end_reason = "budget"
-        components: dict[str, float] = {}
-        if end_reason is not None:
-            self._done = True
-            if end_reason == "invalid_limit":
-                terminal = 0.0  # an episode lost to garbage output earns nothing
-                components = {"invalid_limit": 1.0}
-            else:
-                components, final = terminal_components(
-                    self.kb,
-                    self.patient,
-                    self.initial_regimen,
-                    self.initial_problems,
-                    self.regimen,
-                    self.monitored,
-                    steps=self._steps,
-                    budget=self.budget,
-                    valid=self._valid,
-                    gathered_any=bool(self.gathered),
-                    exploit=exploit,
-                )
-                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
-                info["problems_final"] = [p.__dict__ for p in sorted(final, key=_problem_key)]
-            reward += terminal
-            info.update(
-                end_reason=end_reason,
-                exploit=exploit,
-                terminal_reward=terminal,
-                problems_initial=[p.__dict__ for p in sorted(self.initial_problems, key=_problem_key)],
-            )
-        self._total += reward
-        if self._done:
-            info["episode_return"] = min(1.0, max(0.0, self._total))
-        else:
-            if self._regimen_changed:
-                self._evidence_cache.clear()
-            self._obs = self._observe()
-        return StepResult(self._obs, reward, self._done, components, info)
+    def _after_step(self) -> str | None:
+        return "budget" if self._steps >= self.budget else None
+
+    def _score(self, exploit: str | None) -> dict[str, float]:
+        components, self._final = terminal_components(
+            self.kb,
+            self.patient,
+            self.initial_regimen,
+            self.initial_problems,
+            self.regimen,
+            self.monitored,
+            steps=self._steps,
+            budget=self.budget,
+            valid=self._valid,
+            gathered_any=bool(self.gathered),
+            exploit=exploit,
+        )
+        return components
+
+    def _end_info(self, info: dict[str, Any], end_reason: str) -> None:
+        if end_reason != "invalid_limit":
+            info["problems_final"] = [p.__dict__ for p in sorted(self._final, key=_problem_key)]
+        info["problems_initial"] = [p.__dict__ for p in sorted(self.initial_problems, key=_problem_key)]
+
+    def _rule_hit(self, exploit: str | None, components: dict[str, float]) -> str | None:
+        """An exploit the episode ended on (loop, review_abuse), or ending with a major risk still in the regimen
+        (unsafe_end)."""
+        return exploit or ("unsafe_end" if components.get("anti_cheat", 0.0) < 0 else None)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -165,8 +134,9 @@ class PolyGuardEnv(Environment):
     def _signature(self) -> tuple:
         return tuple(sorted(self.regimen.items()))
 
-    def _apply(self, candidate: Candidate) -> tuple[str | None, str | None]:
+    def _apply(self, candidate: Candidate, info: dict[str, Any]) -> tuple[str | None, str | None]:
         """Apply a legal action. Returns (exploit, end_reason)."""
+        self._valid += 1
         kind, args = candidate.kind, candidate.args
         if candidate.key in self._executed and kind != "finish":
             return ("review_abuse" if kind == "review" else "loop"), "exploit"
@@ -193,7 +163,7 @@ class PolyGuardEnv(Environment):
                     for d, dose in self.regimen.items()
                 }
             self.monitored.discard(drug)
-            self._regimen_changed = True
+            self._evidence_cache.clear()  # the evidence of every drug depends on the regimen
             signature = self._signature()
             if signature in self._seen_regimens:
                 return "loop", "exploit"

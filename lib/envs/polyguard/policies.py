@@ -170,7 +170,6 @@ POLICIES = {
         MonitorEverything,
     )
 }
-BASELINES = ("random", "heuristic", "oracle", "evidence_expert")
 TRIVIAL = (
     "always_finish",
     "stop_everything",
@@ -178,4 +177,8 @@ TRIVIAL = (
     "repeat_last",
     "review_every_step",
     "monitor_everything",
+)
+# Each reported policy's role (EnvSpec.roles), in report order.
+ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
+    TRIVIAL, "trivial"
 )

@@ -2,10 +2,9 @@
 where its numbers come from). The registry finds `SPEC` here: `get_spec("sentinel_cluster")`."""
 
 from ..spec import EnvSpec
-from . import reward
-from .attacks import ANTI_CHEAT_RULES, HARMFUL_KINDS, anti_cheat_rule, harmful_attacks
+from .attacks import ANTI_CHEAT_RULES, HARMFUL_ATTACKS
 from .env import ACTION_TEXT, SentinelClusterEnv, render
-from .policies import BASELINES, POLICIES, TRIVIAL
+from .policies import POLICIES, ROLES
 from .render import FLAG_TEXT, SYSTEM_PROMPT
 from .scenario import N_WORKERS, SIZES
 
@@ -36,26 +35,12 @@ def vocabulary() -> str:
 
 SPEC = EnvSpec(
     name="sentinel_cluster",
-    description="GPU-cluster scheduling with unreliable workers: allocate jobs to GPUs by priority and deadline, "
-    "verify doubtful progress reports and done claims, move jobs off failed GPUs and distrusted workers",
     make_env=SentinelClusterEnv,
     policies=POLICIES,
-    baselines=BASELINES,
-    trivial=TRIVIAL,
-    teacher="heuristic",
-    oracle="oracle",
-    random="random",
-    expert="evidence_expert",
-    reward_weights=reward.WEIGHTS,
-    reward_doc=reward.__doc__,
+    roles=ROLES,
     anti_cheat_rules=ANTI_CHEAT_RULES,
-    anti_cheat_rule=anti_cheat_rule,
-    harmful_kinds=HARMFUL_KINDS,
-    harmful_attacks=harmful_attacks,
+    harmful_attacks=HARMFUL_ATTACKS,
     vocabulary=vocabulary,
-    rollout_policies=("heuristic", "evidence_expert", "random"),
-    noise_excluded_kinds=("preempt",),  # DART noise never preempts: right after an allocation that is churn
-    corpus_extras={},
 )
 
 __all__ = ["SPEC", "SentinelClusterEnv", "render"]

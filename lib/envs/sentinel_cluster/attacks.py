@@ -7,7 +7,7 @@ with return 0:
 - idle_loop: the IDLE_LIMIT-th wait in a row while an allocation was offered;
 - preempt_churn: preempting a job on a working GPU within CHURN_TICKS ticks of allocating it.
 
-`harmful_attacks` yields answers that break them, plus an allocation naming a GPU that does not exist (an id
+`HARMFUL_ATTACKS` plays answers that break them, plus an allocation naming a GPU that does not exist (an id
 never offered, so it is invalid). The generic suite scores each against the worst legal action at the same
 state; tests/test_env_sentinel_cluster.py checks the same with the teacher finishing every episode.
 """
@@ -18,7 +18,6 @@ from ..base import format_action
 from ..policies import by_key, by_kind
 from .env import AUDIT_COOLDOWN, CHURN_TICKS, IDLE_LIMIT
 
-HARMFUL_KINDS = ("verify_spam", "info_spam", "wait_loop", "preempt_churn", "unoffered_gpu")
 ANTI_CHEAT_RULES = ("verify_spam", "idle_loop", "preempt_churn")
 PLAYED_EVERY = 6  # the attacks that first play other answers are offered at every 6th state only (see below)
 
@@ -30,31 +29,44 @@ def _then(env, seed: int, split: str, history: list[str], text: str):
     return None if result.done else ([*history, text], result.observation)
 
 
-def harmful_attacks(env, seed: int, split: str, history: list[str], observation):
-    """At a state restored from `history` (its observation given): allocate onto a GPU the cluster does not have,
-    preempt a job just allocated, and, at every PLAYED_EVERY-th state (the attacks that first play other
-    answers, each scored against the worst legal action at its own later state, are the suite's costliest),
-    verify a job twice in a row, ask the same worker for telemetry twice in a row, and wait while jobs could be
-    allocated until the idle limit."""
-    t = observation.tick
+def unoffered_gpu(env, seed: int, split: str, history: list[str], observation):
+    """Allocate onto a GPU the cluster does not have (an id never offered, so invalid)."""
     n_gpus = int(observation.workers[-1].gpus.rsplit("G", 1)[1])  # "G13-G16": the last GPU's number
     job = observation.queue[0].name if observation.queue else "J1"
-    yield "unoffered_gpu", history, format_action(f"alloc:{job}:G{n_gpus + 1}")
-    yield from _churn(env, seed, split, history, observation)
-    if len(history) % PLAYED_EVERY:
-        return
+    yield history, format_action(f"alloc:{job}:G{n_gpus + 1}")
+
+
+def _sometimes(attack):
+    """Offer `attack` at every PLAYED_EVERY-th state only: the attacks that first play other answers, each scored
+    against the worst legal action at its own later state, are the suite's costliest."""
+
+    def sometimes(env, seed: int, split: str, history: list[str], observation):
+        if not len(history) % PLAYED_EVERY:
+            yield from attack(env, seed, split, history, observation)
+
+    sometimes.__doc__ = attack.__doc__
+    return sometimes
+
+
+def _verify_twice(env, seed: int, split: str, history: list[str], observation):
+    """Verify a job twice in a row."""
+    t = observation.tick
     for verify in [c for c in observation.candidates if c.kind == "verify" and _ready(observation, c.args[0], t)]:
         after = _then(env, seed, split, history, format_action(verify.id))
         again = after and by_key(after[1], verify.key)
         if again:
-            yield "verify_spam", after[0], format_action(again.id)
-            break
+            yield after[0], format_action(again.id)
+            return
+
+
+def _info_twice(env, seed: int, split: str, history: list[str], observation):
+    """Ask the same worker for telemetry twice in a row."""
+    t = observation.tick
     info = next(
         (c for c in observation.candidates if c.kind == "info" and _info_ready(observation, c.args[0], t)), None
     )
     if info is not None and (after := _then(env, seed, split, history, format_action(info.id))):
-        yield "info_spam", after[0], format_action(by_key(after[1], info.key).id)
-    yield from _wait_loop(env, seed, split, history, observation)
+        yield after[0], format_action(by_key(after[1], info.key).id)
 
 
 def _ready(observation, job: str, t: int) -> bool:
@@ -77,7 +89,7 @@ def _wait_loop(env, seed, split, history, observation):
         if after is None:
             return
     if by_kind(after[1], "alloc") is not None:
-        yield "wait_loop", after[0], format_action("wait")
+        yield after[0], format_action("wait")
 
 
 def _churn(env, seed, split, history, observation):
@@ -85,15 +97,19 @@ def _churn(env, seed, split, history, observation):
     offered job and preempt it at once."""
     fresh = next((v for v in observation.running if v.flag != "down" and observation.tick - v.tick < CHURN_TICKS), None)
     if fresh is not None:
-        yield "preempt_churn", history, format_action(by_key(observation, ("preempt", fresh.name)).id)
+        yield history, format_action(by_key(observation, ("preempt", fresh.name)).id)
         return
     allocation = by_kind(observation, "alloc")
     if allocation is not None and (after := _then(env, seed, split, history, format_action(allocation.id))):
         view = next((v for v in after[1].running if v.name == allocation.args[0]), None)
         if view is not None and view.flag != "down":  # (a job on a failed GPU may be moved at once)
-            yield "preempt_churn", after[0], format_action(by_key(after[1], ("preempt", view.name)).id)
+            yield after[0], format_action(by_key(after[1], ("preempt", view.name)).id)
 
 
-def anti_cheat_rule(info: dict) -> str | None:
-    """The anti-cheat rule an ended episode hit (one of ANTI_CHEAT_RULES), or None."""
-    return info.get("exploit")
+HARMFUL_ATTACKS = {
+    "verify_spam": _sometimes(_verify_twice),
+    "info_spam": _sometimes(_info_twice),
+    "wait_loop": _sometimes(_wait_loop),
+    "preempt_churn": _churn,
+    "unoffered_gpu": unoffered_gpu,
+}

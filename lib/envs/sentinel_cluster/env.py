@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..base import Candidate, Environment, StepResult, combine, split_seed
+from ..base import Candidate, Environment
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import generate
@@ -38,14 +38,10 @@ class SentinelClusterEnv(Environment):
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
 
-    def __init__(self):
-        self._done = True
-
-    # ---- protocol -------------------------------------------------------------------------------
-    def reset(self, seed: int, split: str) -> Observation:
-        internal = split_seed(seed, split)
-        scenario = generate(internal, novel=split == "holdout_novel")
-        self.seed, self.split, self._internal, self.scenario = seed, split, internal, scenario
+    # ---- the episode (the base class runs reset and step) ---------------------------------------
+    def _begin(self, internal_seed: int) -> None:
+        scenario = generate(internal_seed, novel=self.split == "holdout_novel")
+        self.scenario = scenario
         self.horizon = scenario.horizon
         self.workers = [Worker(i, b) for i, b in enumerate(scenario.behaviours)]
         self.gpus = [Gpu(i, g, self.workers[g.worker]) for i, g in enumerate(scenario.gpus)]
@@ -57,49 +53,20 @@ class SentinelClusterEnv(Environment):
             self._failures.setdefault(f.start, []).append((self.gpus[f.gpu], 1))
             self._failures.setdefault(f.start + f.duration, []).append((self.gpus[f.gpu], -1))
         self.tick = 0
-        self.history: list[str] = []
         self.held_ticks = self.useful_ticks = 0.0
-        self._steps = self._consecutive_invalid = self._idle = 0
-        self._total = 0.0
-        self._done = False
+        self._idle = 0
         self._events()
-        self._obs = self._observe()
-        return self._obs
 
-    def step(self, action_text: str) -> StepResult:
-        candidate, info = self._read_answer(action_text)
-        exploit = end_reason = None
-        if candidate is None:
-            reward = INVALID_PENALTY
-            if self._invalid_limit_hit:
-                end_reason = "invalid_limit"
-        else:
-            reward = 0.0
-            exploit = self._apply(candidate)
-            if exploit is not None:
-                end_reason = "exploit"
-        if end_reason is None:
-            self._advance()
-            if self.tick >= self.horizon:
-                end_reason = "horizon"
-            elif all(j.status in ("confirmed", "timed_out") for j in self.jobs):
-                end_reason = "all_closed"
-        components: dict[str, float] = {}
-        if end_reason is not None:
-            self._done = True
-            if end_reason == "invalid_limit":
-                terminal, components = 0.0, {"invalid_limit": 1.0}  # an episode lost to garbage earns nothing
-            else:
-                components = terminal_components(self.jobs, self.workers, self.held_ticks, self.useful_ticks, exploit)
-                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
-            reward += terminal
-            info.update(end_reason=end_reason, exploit=exploit, terminal_reward=terminal)
-        self._total += reward
-        if self._done:
-            info["episode_return"] = min(1.0, max(0.0, self._total))
-        else:
-            self._obs = self._observe()
-        return StepResult(self._obs, reward, self._done, components, info)
+    def _after_step(self) -> str | None:
+        """Every answer is one tick: the cluster moves on, then the episode ends at the horizon or when every
+        job is closed."""
+        self._advance()
+        if self.tick >= self.horizon:
+            return "horizon"
+        return "all_closed" if all(j.status in ("confirmed", "timed_out") for j in self.jobs) else None
+
+    def _score(self, exploit: str | None) -> dict[str, float]:
+        return terminal_components(self.jobs, self.workers, self.held_ticks, self.useful_ticks, exploit)
 
     def state(self) -> dict[str, Any]:
         """Debugging and oracle view. It CONTAINS HIDDEN STATE (worker behaviours, true progress, who lied):
@@ -174,8 +141,12 @@ class SentinelClusterEnv(Environment):
         )
 
     # ---- dynamics -------------------------------------------------------------------------------
-    def _apply(self, candidate: Candidate) -> str | None:
-        """Apply a legal action at the current tick. Returns the anti-cheat rule it broke, if any."""
+    def _apply(self, candidate: Candidate, info: dict[str, Any]) -> tuple[str | None, str | None]:
+        """Apply a legal action at the current tick. Returns (the anti-cheat rule it broke, None)."""
+        return self._act(candidate), None
+
+    def _act(self, candidate: Candidate) -> str | None:
+        """The action's effect; returns the anti-cheat rule it broke, if any."""
         kind, args, t = candidate.kind, candidate.args, self.tick
         if kind == "wait":
             self._idle = self._idle + 1 if any(c.kind == "alloc" for c in self._obs.candidates) else 0

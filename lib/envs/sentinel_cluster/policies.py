@@ -292,7 +292,6 @@ POLICIES = {
         AllocateThenAudit,
     )
 }
-BASELINES = ("random", "heuristic", "oracle", "evidence_expert", "allocate_then_audit")
 TRIVIAL = (
     "always_wait",
     "always_verify",
@@ -303,3 +302,11 @@ TRIVIAL = (
     "first_candidate",
     "repeat_last",
 )
+# Each reported policy's role (EnvSpec.roles), in report order.
+ROLES = {
+    "random": "random",
+    "heuristic": "teacher",
+    "oracle": "oracle",
+    "evidence_expert": "baseline",
+    "allocate_then_audit": "baseline",
+} | dict.fromkeys(TRIVIAL, "trivial")

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Candidate, Environment, StepResult, combine, split_seed
+from ..base import Candidate, Environment
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import (
@@ -92,15 +92,10 @@ class SentinelTrustEnv(Environment):
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
 
-    def __init__(self):
-        self._done = True
-
-    # ---- protocol -------------------------------------------------------------------------------
-    def reset(self, seed: int, split: str) -> Observation:
-        internal = split_seed(seed, split)
-        self.scenario = generate(internal, novel=split == "holdout_novel")
-        self.seed, self.split, self._internal = seed, split, internal
-        self._rng = random.Random(internal * 7919 + 17)  # outcome draws, replayed identically by restore
+    # ---- the episode (the base class runs reset and step) ---------------------------------------
+    def _begin(self, internal_seed: int) -> None:
+        self.scenario = generate(internal_seed, novel=self.split == "holdout_novel")
+        self._rng = random.Random(internal_seed * 7919 + 17)  # outcome draws, replayed identically by restore
         self.budget = self.scenario.budget
         self.budget_left = self.budget
         self.index = 0
@@ -117,66 +112,36 @@ class SentinelTrustEnv(Environment):
         self._verifies = 0
         self.planted_caught = self.planted_accepted = 0
         self._last = "job started"
-        self.history: list[str] = []
-        self._steps = self._consecutive_invalid = 0
-        self._total = 0.0
-        self._done = False
-        self._obs = self._observe()
-        return self._obs
 
-    def step(self, action_text: str) -> StepResult:
-        candidate, info = self._read_answer(action_text)
-        exploit = end_reason = None
-        if candidate is None:
-            self.budget_left -= INVALID_COST
-            self._last = "invalid answer, one step lost"
-            reward = INVALID_PENALTY
-            if self._invalid_limit_hit:
-                end_reason = "invalid_limit"
-        else:
-            reward = 0.0
-            exploit = self._rule_hit(candidate)
-            if exploit:
-                end_reason = "exploit"
-                info["outcome"] = "refused"
-            else:
-                info["outcome"] = self._apply(candidate)
-        if end_reason is None:
-            if self.index >= len(self.outcomes):
-                end_reason = "complete"
-            elif self.budget_left <= 0:
-                end_reason = "budget"
-        components: dict[str, float] = {}
-        if end_reason is not None:
-            self._done = True
-            if end_reason == "invalid_limit":
-                terminal = 0.0  # an episode lost to garbage output earns nothing
-                components = {"invalid_limit": 1.0}
-            else:
-                components = terminal_components(
-                    self.scenario.stakes,
-                    self.outcomes,
-                    planted_caught=self.planted_caught,
-                    planted_accepted=self.planted_accepted,
-                    budget_left=self.budget_left,
-                    budget=self.budget,
-                    exploit=exploit,
-                )
-                terminal = min(1.0, max(0.0, combine(components, WEIGHTS)))
-            reward += terminal
-            info.update(
-                end_reason=end_reason,
-                exploit=exploit,
-                terminal_reward=terminal,
-                tally={o: self.outcomes.count(o) for o in ("right", "wrong", "skipped")}
-                | {"unfinished": self.outcomes.count(None)},
-            )
-        self._total += reward
-        if self._done:
-            info["episode_return"] = 0.0 if end_reason == "invalid_limit" else min(1.0, max(0.0, self._total))
-        else:
-            self._obs = self._observe()
-        return StepResult(self._obs, reward, self._done, components, info)
+    def _on_invalid(self) -> None:
+        self.budget_left -= INVALID_COST
+        self._last = "invalid answer, one step lost"
+
+    def _apply(self, candidate: Candidate, info: dict[str, Any]) -> tuple[str | None, str | None]:
+        exploit = self._rule_broken(candidate)
+        info["outcome"] = "refused" if exploit else self._carry_out(candidate)
+        return exploit, None
+
+    def _after_step(self) -> str | None:
+        if self.index >= len(self.outcomes):
+            return "complete"
+        return "budget" if self.budget_left <= 0 else None
+
+    def _score(self, exploit: str | None) -> dict[str, float]:
+        return terminal_components(
+            self.scenario.stakes,
+            self.outcomes,
+            planted_caught=self.planted_caught,
+            planted_accepted=self.planted_accepted,
+            budget_left=self.budget_left,
+            budget=self.budget,
+            exploit=exploit,
+        )
+
+    def _end_info(self, info: dict[str, Any], end_reason: str) -> None:
+        info["tally"] = {o: self.outcomes.count(o) for o in ("right", "wrong", "skipped")} | {
+            "unfinished": self.outcomes.count(None)
+        }
 
     def state(self) -> dict[str, Any]:
         """Debugging and oracle view: it holds HIDDEN state (which behaviour sits behind each slot, every
@@ -213,7 +178,7 @@ class SentinelTrustEnv(Environment):
         return COST[self.scenario.assignment[slot]]
 
     # ---- dynamics -------------------------------------------------------------------------------
-    def _rule_hit(self, candidate: Candidate) -> str | None:
+    def _rule_broken(self, candidate: Candidate) -> str | None:
         """The anti-cheat rule this legal action breaks, if any (the action is then not carried out)."""
         kind = candidate.kind
         if kind == "verify" and self._verify_allowance() <= 0:
@@ -225,7 +190,7 @@ class SentinelTrustEnv(Environment):
     def _verify_allowance(self) -> int:
         return VERIFY_FREE + len(self._kinds) // 2 - self._verifies
 
-    def _apply(self, candidate: Candidate) -> str:
+    def _carry_out(self, candidate: Candidate) -> str:
         """Carry out a legal action; returns its outcome word (right, wrong, caught, skipped, out_of_time)."""
         kind = candidate.kind
         self._kinds.append(kind)

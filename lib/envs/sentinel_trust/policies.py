@@ -166,7 +166,6 @@ POLICIES = {
         RepeatLast,
     )
 }
-BASELINES = ("random", "heuristic", "oracle", "evidence_expert")
 TRIVIAL = (
     "always_solve",
     "always_delegate_s0",
@@ -177,4 +176,8 @@ TRIVIAL = (
     "verify_within_rules",
     "first_candidate",
     "repeat_last",
+)
+# Each reported policy's role (EnvSpec.roles), in report order.
+ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
+    TRIVIAL, "trivial"
 )

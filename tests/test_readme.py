@@ -3,7 +3,10 @@ which cites nothing outside the repository."""
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from lib.reporting.summary import run_results
 
@@ -15,7 +18,7 @@ BLOCK = re.compile(
 
 
 def test_the_readme_is_a_guide_of_about_two_hundred_lines():
-    assert len(README.splitlines()) <= 235  # a guide: lab notes go to docs/; the three results tables are generated
+    assert len(README.splitlines()) <= 250  # a user's guide with room to grow a little; lab notes go to docs/
 
 
 def test_every_generated_table_is_what_the_summary_command_prints_for_its_committed_run():
@@ -35,10 +38,52 @@ def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
     assert committed == quoted, (committed, quoted)
 
 
+def _anchors(path: Path) -> Iterator[str]:
+    """GitHub's heading anchors of a Markdown file: lower case, punctuation but - and _ dropped, spaces to -, a
+    repeated heading numbered -1, -2, ... (headings inside code fences are not headings)."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        yield slug if count == 0 else f"{slug}-{count}"
+
+
+def broken_links(path: Path) -> list[str]:
+    """Every relative link `[text](target#anchor)` of a Markdown file whose file (relative to the file's folder)
+    or anchor does not exist, or that leads out of the repository."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        inside = not file or (resolved.is_relative_to(REPO) and resolved.exists())
+        if not inside or (anchor and resolved.is_file() and anchor not in set(_anchors(resolved))):
+            broken.append(target)
+    return broken
+
+
+MARKDOWN = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("lib/envs/*/README.md"))]
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_and_anchor_resolves(path):
+    assert not broken_links(path), broken_links(path)
+
+
+def test_the_link_check_finds_a_missing_anchor_a_missing_file_and_a_file_outside_the_repository(tmp_path):
+    page, other = tmp_path / "page.md", tmp_path / "other.md"
+    other.write_text("# Other\n")
+    page.write_text("# Two words\n\n## Two words\n\n[a](#two-words) [b](#two-words-1) [c](#three) [d](none.md)\n")
+    assert broken_links(page) == ["#three", "none.md"]
+    page.write_text("[e](other.md#other)\n")  # exists, but a temporary folder is outside the repository
+    assert broken_links(page) == ["other.md#other"]
+
+
 def test_links_resolve_and_nothing_outside_the_repository_is_cited():
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
-        if not target.startswith("http"):
-            assert (REPO / target).exists(), target
+    assert not broken_links(REPO / "README.md")
     assert "../" not in README  # nothing above the repository
     for named in re.findall(r"`([\w./-]+\.(?:md|py|ipynb|yaml))`", README):  # every file it names is here
         assert (REPO / named).exists() or (REPO / "lib" / "profiles" / named).exists(), named
@@ -55,3 +100,25 @@ def test_a_multi_environment_run_picks_each_environments_profile_and_tables_them
     envs = {line.split(" | ")[0].strip("| ") for line in table[2:]}
     assert envs == {"polyguard", "sentinel_trust", "sentinel_cluster"}
     assert all(line.count("[") == 2 for line in table[2:])  # a CI on both splits for every policy
+
+
+def test_the_guide_names_every_gate_check_and_exactly_the_outcome_checks_of_the_code():
+    from lib.reporting.gate import CHECKS, OUTCOME_CHECKS
+
+    guide = (REPO / "docs" / "GUIDE.md").read_text()
+    bullet = re.search(r"^- \*\*Gate\*\* .*?(?=^- \*\*|^#)", guide, re.S | re.M)[0]
+    named = re.findall(r"`(\w+)`\s+\(", bullet)  # each check as `name` (what it proves)
+    assert [n for n in named if n in CHECKS] == list(CHECKS), named
+    outcome = re.search(r"outcome checks \(`OUTCOME_CHECKS`\): (.*?)\. Only these depend on", bullet, re.S)[1]
+    assert re.findall(r"`(\w+)`\s+\(", outcome) == list(OUTCOME_CHECKS)
+
+
+def test_the_profiles_cite_only_results_sections_that_exist():
+    sections = set(_anchors(REPO / "docs" / "RESULTS.md"))
+    cited = {
+        (profile.name, anchor)
+        for profile in sorted((REPO / "lib" / "profiles").glob("*.yaml"))
+        for anchor in re.findall(r"docs/RESULTS\.md#([\w-]+)", profile.read_text())
+    }
+    assert cited, "no profile cites a section of docs/RESULTS.md"
+    assert not {c for c in cited if c[1] not in sections}

@@ -68,16 +68,16 @@ def _stage(args) -> int:
 
 
 def _bench_train(args) -> int:
-    from .pipeline.bench_train import bench_train
+    from .bench.bench_train import bench_train
 
     bench_train(args.profile, args.repeats, args.out)
     return 0
 
 
 def _bench_gpu(args) -> int:
-    """Where a profile's time goes on this machine's accelerator (lib/pipeline/bench_gpu.py); writes one JSON."""
+    """Where a profile's time goes on this machine's accelerator (lib/bench/bench_gpu.py); writes one JSON."""
+    from .bench.bench_gpu import run_bench
     from .io import atomic_write_json
-    from .pipeline.bench_gpu import run_bench
 
     report = run_bench(
         args.profile,
@@ -99,11 +99,11 @@ def _bench_gpu(args) -> int:
 
 
 def _probe_explore(args) -> int:
-    """Exploration on a fixed set of states (lib/training/explore.py:probe) for the run's SFT model or any
+    """Exploration on a fixed set of states (lib/bench/probe_explore.py, `probe`) for the run's SFT model or any
     model/adapter."""
+    from .bench.probe_explore import probe
     from .io import atomic_write_json
     from .runs import Run, read_config
-    from .training.explore import probe
 
     config = read_config(args.run_dir)
     run = Run(args.run_dir, config)
@@ -130,9 +130,9 @@ def _probe_explore(args) -> int:
 def _compare(args) -> int:
     """Forks of one base, each quickchecked on the same seeds: every variant's GRPO minus the first run's GRPO,
     paired by seed, as a markdown table (the ablation table)."""
-    from .training.explore import ablation_table
+    from .reporting.compare import compare_table
 
-    table = ablation_table(args.runs, args.split)
+    table = compare_table(args.runs, args.split)
     print(table)
     if args.out:
         from .io import atomic_write_text
@@ -172,7 +172,7 @@ def _run(args) -> int:
 
 
 def _activate(args) -> int:
-    from .pipeline.postsave import activate
+    from .export.postsave import activate
 
     record = activate(args.run_dir, args.artifact)
     print(
@@ -183,14 +183,14 @@ def _activate(args) -> int:
 
 
 def _model_outputs(args) -> int:
-    from .pipeline.export import model_outputs_worker
+    from .export.merge import model_outputs_worker
 
     model_outputs_worker(args.run_dir, args.model_dir, args.prompts, args.out)
     return 0
 
 
 def _postsave_worker(args) -> int:
-    from .pipeline.postsave import postsave_worker
+    from .export.postsave import postsave_worker
 
     postsave_worker(args.run_dir, args.model_dir, args.episodes, args.out)
     return 0
@@ -231,11 +231,19 @@ def _summary(args) -> int:
     return 0
 
 
+def _env_table(args) -> int:
+    from .evaluation.baselines import run_baselines
+    from .reporting.env_tables import env_tables
+
+    print(env_tables({split: run_baselines(args.env, split, args.episodes, args.seed) for split in args.split}))
+    return 0
+
+
 def _imports(args) -> int:
-    from .imports import cycles, env_violations, report
+    from .imports import cycles, env_violations, hidden_imports, report
 
     print(report())
-    return 1 if env_violations() or cycles() else 0
+    return 1 if env_violations() or cycles() or hidden_imports() else 0
 
 
 def _add_set(parser, help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one"):
@@ -367,8 +375,16 @@ def main(argv=None) -> int:
     )
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)
+    e = verbs.add_parser("env-table", help="an environment README's generated baseline tables, in Markdown")
+    e.add_argument("--env", required=True, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
+    e.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
+    e.add_argument("--episodes", type=int, default=500)
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=_env_table)
     i = verbs.add_parser(
-        "imports", help="each generic module's workbook imports; fails on an environment import or a cycle"
+        "imports",
+        help="each generic module's workbook imports; fails on an environment import, a cycle or an import "
+        "hidden behind a string",
     )
     i.set_defaults(func=_imports)
     args = parser.parse_args(argv)

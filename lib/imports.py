@@ -1,5 +1,7 @@
 """`python -m lib imports`: every module of the package with the workbook modules it imports (at the top or inside
-functions), whether any generic module reaches into an environment package, and any import cycle.
+functions), whether any generic module reaches into an environment package, any import cycle, and any import
+hidden behind a string (`importlib.import_module(...)`, `__import__(...)`, a "module:function" string), which the
+graph could not see.
 
 The architecture tests (tests/test_architecture.py) read the same graph.
 """
@@ -7,11 +9,22 @@ The architecture tests (tests/test_architecture.py) read the same graph.
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent  # the package folder, lib/
 ENVS = "lib.envs"
+
+# The one dynamic import lib/ may make, by (module, function): the environment registry imports the environment a
+# config or --env names (a package under lib/envs/, or a dotted path defining SPEC such as `env: tests.toyenv`). That
+# name is user input, known only at run time, so no import statement can name it; every other workbook import is a
+# statement.
+ALLOWED_DYNAMIC_IMPORTS = {
+    ("lib.envs", "get_spec"): "the environment registry imports the environment package a config names (user input)",
+}
+DYNAMIC_IMPORT_CALLS = ("import_module", "__import__")  # importlib.import_module, __import__, importlib.__import__
+_MODULE_FUNCTION = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")  # "training.train:run_sft"
 
 
 def module_name(path: Path) -> str:
@@ -114,6 +127,51 @@ def cycles(edges: dict[str, set[str]] | None = None) -> list[list[str]]:
     return found
 
 
+def _called_name(call: ast.Call) -> str | None:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _names_a_module(text: str) -> bool:
+    """Does a "module:function" string name a workbook module ("lib.x.y:f", or "x.y:f" relative to lib)?"""
+    match = _MODULE_FUNCTION.fullmatch(text)
+    if match is None:
+        return False
+    module = match.group(1)
+    return module in _modules() or f"lib.{module}" in _modules()
+
+
+def hidden_in_source(source: str, module: str) -> list[str]:
+    """Imports in `source` (the text of `module`) that a reader of its import statements cannot see: calls to
+    importlib.import_module or __import__ (except in ALLOWED_DYNAMIC_IMPORTS) and "module:function" strings naming
+    a workbook module. Each as "module:line: what"."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Call) and _called_name(child) in DYNAMIC_IMPORT_CALLS:
+                if (module, function) not in ALLOWED_DYNAMIC_IMPORTS:
+                    found.append(f"{module}:{child.lineno}: {ast.unparse(child)}")
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str) and _names_a_module(child.value):
+                found.append(f"{module}:{child.lineno}: {child.value!r}")
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            visit(child, inner)
+
+    visit(ast.parse(source), None)
+    return found
+
+
+def hidden_imports() -> list[str]:
+    """Every import hidden behind a string in lib/ (see `hidden_in_source`); the allowed one is not listed."""
+    return [
+        hit
+        for path in sorted(ROOT.rglob("*.py"))
+        for hit in hidden_in_source(path.read_text(encoding="utf-8"), module_name(path))
+    ]
+
+
 def report() -> str:
     edges = graph()
     lines = []
@@ -124,4 +182,7 @@ def report() -> str:
     lines.append(f"environment packages: {environment_packages()}")
     lines.append("generic modules importing an environment package: " + (", ".join(violations) or "none"))
     lines.append("import cycles: " + ("; ".join(" -> ".join(c) for c in loops) or "none"))
+    lines.append("imports hidden behind strings: " + (", ".join(hidden_imports()) or "none"))
+    allowed = "; ".join(f"{m}.{f} ({why})" for (m, f), why in ALLOWED_DYNAMIC_IMPORTS.items())
+    lines.append(f"allowed dynamic import: {allowed}")
     return "\n".join(lines)

@@ -123,6 +123,7 @@ def test_a_spec_naming_a_policy_it_does_not_define_is_refused():
 
 MICRO = {
     "env": TOY,
+    "corpus.grpo_rollout_policies": None,  # the profile names PolyGuard's policies; unset: the toy's teacher, random
     "corpus.sft_episodes": 20,
     "corpus.grpo_prompts": 8,
     "sft.epochs": 1,

@@ -14,9 +14,9 @@ from lib.envs.base import format_action
 from lib.evaluation import antihack
 from lib.evaluation.closed_loop import ProvenanceError, check_provenance
 from lib.evaluation.evaluate import run_evaluate
+from lib.export.merge import ExportExistsError, compare_outputs, merge_adapter, run_export
+from lib.export.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.models import weights_sha256
-from lib.pipeline.export import ExportExistsError, compare_outputs, merge_adapter, run_export
-from lib.pipeline.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.runs import Run
 from lib.training.corpus import run_corpus
 from lib.training.train import run_grpo, run_sft
@@ -68,6 +68,36 @@ def done(tmp_path_factory):
     run_export(config, run)
     run_postsave(config, run)
     return config, run
+
+
+def test_the_no_sft_ablation_is_trained_by_the_grpo_stage_and_only_loaded_by_evaluation(done):
+    config, run = done
+    manifest = json.loads((run.dir / "manifest.json").read_text())
+    stages = list(manifest["stages"])
+    assert stages.index("grpo_no_sft") < stages.index("evaluate")  # trained before evaluation ran
+    log = [json.loads(line) for line in (run.dir / "run_log.jsonl").read_text().splitlines()]
+    starts = [r for r in log if r["event"] == "grpo_no_sft_start"]
+    done_evaluate = next(i for i, r in enumerate(log) if r.get("stage") == "evaluate")
+    assert len(starts) == 1 and log.index(starts[0]) < done_evaluate
+
+
+def test_an_ablation_without_its_model_says_so_and_evaluation_never_trains(tmp_path, monkeypatch):
+    """No grpo_no_sft/ in the run: the no_sft row is labelled "not trained in this run" (and the report's table
+    renders it); nothing is trained."""
+    from types import SimpleNamespace
+
+    import lib.training.train as train
+    from lib.evaluation.ablations import NOT_TRAINED, run_ablations
+    from lib.reporting.report import ablation_table
+
+    monkeypatch.setattr(train, "train_grpo", lambda *a, **k: pytest.fail("evaluation trained a model"))
+    config = load_config("cpu-smoke", {**MICRO, "eval.ablations": ["no_sft"]})
+    results = run_ablations(config, SimpleNamespace(dir=tmp_path), {}, {}, [], 200)
+    row = results["no_sft"]
+    assert row["status"] == NOT_TRAINED == "not trained in this run" and NOT_TRAINED in row["policy"]
+    assert "grpo_no_sft/ is missing" in row["why"] and row["n"] == 0
+    assert NOT_TRAINED in ablation_table({"ablations": results}).to_markdown(index=False)
+    assert not list(tmp_path.iterdir())
 
 
 def _records(run):
@@ -348,7 +378,7 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
 
 
 def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
-    from lib.pipeline.bench_gpu import run_bench
+    from lib.bench.bench_gpu import run_bench
 
     report = run_bench(
         "cpu-smoke",

@@ -78,6 +78,14 @@ def test_sft_is_full_finetune_of_the_tiny_model_and_loss_falls(trained):
     assert (Path(sft["outputs"]["model"]) / "model.safetensors").exists()
 
 
+def test_sft_counts_the_tokens_it_trained_on(trained):
+    """train_tokens is the trainer's own count (TrainerState.num_input_tokens_seen, non-padding): with a log every
+    step it equals TRL's running num_tokens at the last step."""
+    sft = trained.read_stage("sft")["metrics"]
+    logs = [json.loads(line) for line in (trained.dir / "sft" / "train_log.jsonl").read_text().splitlines()]
+    assert sft["train_tokens"] == max(r["num_tokens"] for r in logs if "num_tokens" in r) > 0
+
+
 def test_same_seed_same_sft_loss_curve_on_cpu(trained, tmp_path):
     config, run = _fresh(trained, tmp_path)
     again = run_sft(config, run)
@@ -502,7 +510,7 @@ def _corpus_lines(run):
 
 def test_the_candidate_sampler_is_on_policy(trained):
     """Drawn many times at one state, the sampler's answer frequencies match the policy's probabilities."""
-    from collections import Counter, defaultdict
+    from collections import Counter
     from types import SimpleNamespace
 
     from lib.candidates import answers, distribution, score_answers
@@ -517,8 +525,7 @@ def test_the_candidate_sampler_is_on_policy(trained):
         model=model,
         state=SimpleNamespace(global_step=0),
         args=SimpleNamespace(gradient_checkpointing_kwargs=None),
-        _metrics={"train": defaultdict(list)},
-    )
+    )  # only public trainer attributes: the sampler's metrics leave in its output (rollout_metrics)
     out = candidate_rollout([row], "polyguard", draws, 1.0, seed=0)([row["prompt"]] * draws, trainer)
     counts = Counter(tokenizer.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"])
     offered = answers(PolyGuardEnv().restore(row["seed"], row["split"], row["history"]))
@@ -526,7 +533,7 @@ def test_the_candidate_sampler_is_on_policy(trained):
     for answer, p in zip(offered, distribution(scores)):
         assert counts[answer] / draws == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / draws) + 1e-3)
     assert set(counts) <= set(offered)
-    assert len(out["prompt_ids"]) == draws and trainer._metrics["train"]["explore/candidate_entropy"]
+    assert len(out["prompt_ids"]) == draws and out["rollout_metrics"]["explore/candidate_entropy"] > 0
 
 
 def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):

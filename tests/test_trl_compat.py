@@ -1,4 +1,9 @@
-"""The CPU stand-in for TRL's Triton log-prob kernel computes the same quantities as a plain log-softmax."""
+"""The CPU stand-in for TRL's Triton log-prob kernel computes the same quantities as a plain log-softmax, and every
+private TRL member the workbook still touches is still there, with the shape it expects."""
+
+import ast
+import inspect
+import textwrap
 
 import torch
 
@@ -32,3 +37,65 @@ def test_only_requested_outputs_are_computed_and_the_kernel_is_installed():
     out = TorchChunkedLogProb.apply(hidden, weight, torch.zeros(10), targets, 1.0, 4096, 30.0, 1.0, ())
     assert out[0].shape == (3,) and all(x is None for x in out[1:])
     assert ensure_logprob_kernel() in ("torch", "triton")
+
+
+# The TRL private members the workbook still relies on, each checked so that a TRL upgrade that removes or changes
+# one fails here, naming it, instead of deep inside a training run. Everything else goes through public hooks:
+# callbacks (on_save, on_log), reward_funcs and their log_metric argument, rollout_func, TrainerState.
+
+
+def _call_site(function, attribute: str) -> ast.Call:
+    """The call `<attribute>(...)` in `function`'s source (e.g. "_ChunkedLogProbFunction.apply")."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == attribute]
+    assert calls, f"{function.__module__}.{function.__qualname__} no longer calls {attribute}: TRL changed"
+    return calls[0]
+
+
+def test_private_trl_member_chunked_logprob_function_is_still_the_fused_heads_kernel():
+    import trl.trainer.utils as trl_utils
+
+    name = "trl.trainer.utils._ChunkedLogProbFunction"
+    assert hasattr(trl_utils, "_ChunkedLogProbFunction"), f"{name} is gone: lib/training/trl_compat.py must change"
+    kernel = trl_utils._ChunkedLogProbFunction
+    assert kernel is None or callable(getattr(kernel, "apply", None)), f"{name} has no callable .apply"
+    # TRL's fused LM head looks the name up when it runs, so replacing the module attribute takes effect ...
+    call = _call_site(trl_utils.add_fused_lm_head, "_ChunkedLogProbFunction.apply")
+    # ... and passes exactly the arguments the CPU stand-in takes, in order
+    ours = list(inspect.signature(TorchChunkedLogProb.apply).parameters)
+    assert not call.keywords and len(call.args) == len(ours), (
+        f"{name}.apply is now called with {len(call.args)} positional and {len(call.keywords)} keyword arguments; "
+        f"TorchChunkedLogProb.apply takes {ours}"
+    )
+    try:
+        from trl.kernels import ChunkedLogProbFunction  # needs Triton (not on the CPU wheel)
+    except ImportError:
+        return
+    theirs = list(inspect.signature(ChunkedLogProbFunction.forward).parameters)[1:]  # without ctx
+    assert theirs == ours, f"{name}.forward takes {theirs}; TorchChunkedLogProb.apply takes {ours}"
+
+
+def test_private_trl_member_grpo_generate_is_still_the_sampling_step():
+    from trl import GRPOTrainer
+
+    name = "trl.GRPOTrainer._generate"
+    assert callable(getattr(GRPOTrainer, "_generate", None)), f"{name} is gone: lib/training/train.py overrides it"
+    parameters = list(inspect.signature(GRPOTrainer._generate).parameters)
+    assert parameters == ["self", "prompts"], f"{name} now takes {parameters}; lib/training/train.py passes (prompts)"
+    # sampling goes through it (so the override's sampling mode and timing apply), and comes before the reward
+    _call_site(GRPOTrainer._generate_and_score_completions, "self._generate")
+
+
+def test_the_public_trl_hooks_the_stages_use_are_there():
+    """Not private, but what replaced the private members: checked so that a change is named."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    from trl import GRPOTrainer
+    from trl.models.utils import disable_gradient_checkpointing
+
+    init = inspect.signature(GRPOTrainer.__init__).parameters
+    assert {"reward_funcs", "rollout_func", "callbacks", "peft_config"} <= set(init), sorted(init)
+    assert list(inspect.signature(disable_gradient_checkpointing).parameters) == [
+        "model",
+        "gradient_checkpointing_kwargs",
+    ], "trl.models.utils.disable_gradient_checkpointing changed (lib/training/train.py: sampling_mode)"
+    assert PREFIX_CHECKPOINT_DIR == "checkpoint"  # lib/training/checkpoints.py: CheckpointManifestCallback

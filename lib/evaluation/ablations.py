@@ -1,6 +1,9 @@
 """Measured ablations for the evaluate stage (`python -m lib stage evaluate`): greedy vs sampled decoding, the policy
 over the candidates vs free text generation (the validity diagnostic), free text alone vs with a legality veto, and
-GRPO without SFT. Each is paired by seed with its counterpart."""
+GRPO without SFT. Each is paired by seed with its counterpart.
+
+Evaluation trains nothing: the no-SFT model is trained by the grpo stage (grpo_no_sft/, when `eval.ablations` lists
+`no_sft`); here it is only loaded. A run without it gets a `no_sft` row that says "not trained in this run"."""
 
 from __future__ import annotations
 
@@ -9,15 +12,34 @@ import torch
 
 from ..inference import load_policy_model
 from ..stats import paired_difference
-from .closed_loop import episode_records, model_artifacts, run_model_episodes, summarize
+from .closed_loop import episode_records, run_model_episodes, summarize
+
+NO_SFT_STAGE = "grpo_no_sft"  # the grpo stage's record of GRPO from the untrained model
+NOT_TRAINED = "not trained in this run"
+
+
+def not_trained(policy: str, compared_with: str, why: str) -> dict:
+    """The row of an ablation whose model this run does not have: labelled, with no measurement (NaN numbers, so
+    tables and charts that read every row still render it)."""
+    nan = float("nan")
+    return {
+        "policy": f"{policy} ({NOT_TRAINED})",
+        "compared_with": compared_with,
+        "status": NOT_TRAINED,
+        "why": why,
+        "n": 0,
+        "mean_return": nan,
+        "ci95": [nan, nan],
+        "invalid_rate": nan,
+    }
 
 
 def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: list[dict], resamples: int) -> dict:
     """Measured ablations on holdout seeds, each compared paired-by-seed with its counterpart:
     greedy vs sampled decoding (GRPO model); `free_text`, the GRPO model generating free text instead of choosing
     among the candidates (its `invalid_rate` is the validity diagnostic every evaluation reports); free text alone
-    vs with a legality veto that re-asks up to k times; and GRPO trained from the untrained model (no SFT) vs SFT
-    then GRPO."""
+    vs with a legality veto that re-asks up to k times; and GRPO trained from the untrained model (no SFT, trained
+    by the grpo stage) vs SFT then GRPO."""
     seeds = range(min(config.eval.ablation_episodes, config.eval.episodes))
     results: dict[str, dict] = {}
     greedy = {s: holdout_returns["grpo"][s] for s in seeds} if "grpo" in holdout_returns else None
@@ -49,12 +71,16 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
                 "veto", "grpo", "grpo greedy free text (no veto)", None, action_space="free", veto_k=config.eval.veto_k
             )
         elif name == "no_sft":
-            from ..training.train import run_grpo
-
-            stage = run_grpo(
-                config, run, base_model=model_artifacts(config, run)["untrained"]["model"], stage="grpo_no_sft"
-            )
+            if not (run.dir / NO_SFT_STAGE / "stage.json").is_file():
+                why = (
+                    f"{NO_SFT_STAGE}/ is missing: the grpo stage trains it when eval.ablations lists no_sft "
+                    f"(run `python -m lib stage grpo --run-dir {run.dir}` again); evaluation never trains"
+                )
+                print(f"ablation no_sft: {NOT_TRAINED}: {why}")
+                results["no_sft"] = not_trained(NO_SFT_STAGE, "grpo (SFT then GRPO)", why)
+                continue
+            stage = run.read_stage(NO_SFT_STAGE)  # a failed record is an error, never skipped
             no_sft = load_policy_model(stage["outputs"]["base_model"], config.model, stage["outputs"]["adapter"])
-            loaded["grpo_no_sft"] = no_sft
-            measure("no_sft", "grpo_no_sft", "grpo (SFT then GRPO)", greedy, loaded=no_sft)
+            loaded[NO_SFT_STAGE] = no_sft
+            measure("no_sft", NO_SFT_STAGE, "grpo (SFT then GRPO)", greedy, loaded=no_sft)
     return results

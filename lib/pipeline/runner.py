@@ -1,5 +1,19 @@
 """The orchestrator behind One_Run_Runner.ipynb and `python -m lib run`: executes the stage notebooks with
 papermill, each in its own kernel, into outputs/<run_id>/<stage>/<stage>.ipynb, and stops at the first failure.
+
+Why `python -m lib run` has two papermill layers (`run_profile` executes One_Run_Runner.ipynb, whose cell calls
+`run_stages`, which executes each stage notebook), and not one:
+- the inner layer is the point of the design: each stage notebook runs in its own kernel (a fresh process per
+  stage, as `python -m lib stage` gives, so one stage's memory and imports never leak into the next), and its
+  executed copy is the stage's record;
+- the outer layer makes the command line produce exactly what a notebook user gets: the executed
+  outputs/<run_id>/One_Run_Runner.ipynb (plan, headline, gate table, charts, links to every executed stage
+  notebook) is the run's front page, made by the same notebook cells whether the run started in Jupyter/Colab or
+  from `make run`. Calling `run_stages` directly would skip that page or need a second copy of its cells in code.
+The parameters cross each layer once and are checked before any kernel starts: `run_profile` loads the config
+(a bad profile or override fails here) and checks the runner's declared parameters (PROFILE, RUN_ID, STAGES,
+OVERRIDES); `run_stages` checks every stage notebook's (RUN_ID, PROFILE, OVERRIDES) before the first one runs.
+A stage notebook reads the run's own config from its manifest after the first stage (`lib.runs.open_run`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ normalised log-probability (the normaliser's term cancels), so GRPO's update is 
 candidate policy itself. A temperature other than 1 samples off-policy; the run's config records it.
 
 Logged every step (explore/*): the policy's entropy over the candidates, its probability of the reference
-policy's own answer and of the best answer at the state (from the corpus row's candidate returns).
+policy's own answer and of the best answer at the state (from the corpus row's candidate returns). They leave as
+the rollout's extra output `rollout_metrics`, which TRL forwards to the reward functions; the grpo stage's reward
+logs them with TRL's `log_metric` (lib/training/train.py: `_logged_reward`).
 """
 
 from __future__ import annotations
@@ -64,13 +66,12 @@ def candidate_rollout(rows: list[dict], env_name: str, group_size: int, temperat
                 p_best.append(sum(p for a, p in zip(options, probs) if returns.get(a) == best))
             if row.get("reference_answer") in options:
                 p_reference.append(probs[options.index(row["reference_answer"])])
-        metrics = trainer._metrics["train"]
-        metrics["explore/candidate_entropy"].append(sum(entropies) / len(entropies))
+        metrics = {"explore/candidate_entropy": sum(entropies) / len(entropies)}
         if p_best:
-            metrics["explore/p_best"].append(sum(p_best) / len(p_best))
+            metrics["explore/p_best"] = sum(p_best) / len(p_best)
         if p_reference:
-            metrics["explore/p_reference"].append(sum(p_reference) / len(p_reference))
+            metrics["explore/p_reference"] = sum(p_reference) / len(p_reference)
         ids = [prompt_ids(tokenizer, p) for p in prompts]
-        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": None}
+        return {"prompt_ids": ids, "completion_ids": completion_ids, "logprobs": None, "rollout_metrics": metrics}
 
     return rollout

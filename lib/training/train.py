@@ -1,11 +1,18 @@
 """Stages `sft` and `grpo`: TRL's SFTTrainer and GRPOTrainer, with the environment's verdict as the reward.
 
 `python -m lib stage sft|grpo --profile P --run-dir outputs/<id>` (or under `accelerate launch`); notebooks
-03_sft and 04_grpo call the same functions.
+03_sft and 04_grpo call the same functions. The grpo stage also trains the no-SFT ablation's model (GRPO from the
+untrained model, into grpo_no_sft/) when `eval.ablations` lists `no_sft`; the evaluate stage only loads it.
+
+TRL is reached through its public hooks: callbacks, `reward_funcs` (whose `log_metric` argument logs the step
+timings and the candidate sampler's explore/* metrics), `rollout_func`, `TrainerState`. One private member remains,
+`GRPOTrainer._generate`, overridden to sample without gradient checkpointing (no public hook sits between sampling
+and the loss); tests/test_trl_compat.py fails naming it if a TRL upgrade changes it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import resource
 import shutil
@@ -22,7 +29,7 @@ from ..embedded import source_record
 from ..envs import get_spec
 from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from ..runs import Run, seed_everything
-from .checkpoints import verify_checkpoint, write_checkpoint_manifest
+from .checkpoints import CheckpointManifestCallback, verify_checkpoint
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length, check_prompt_length
 from .reward import make_reward_function
@@ -120,6 +127,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         warmup_steps=0.05,
         disable_tqdm=False,
         full_determinism=False,
+        include_num_input_tokens_seen="non_padding",  # TrainerState.num_input_tokens_seen: the tokens trained on
         **_precision_flags(config),
     )
     guard = FiniteLossGuard()
@@ -137,8 +145,9 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     model_dir = out / "model"
     _save_atomically(trainer, tokenizer, model_dir, merge=adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    # TRL's running count of non-pad tokens trained on (the logged num_tokens lags behind by up to logging_steps)
-    tokens = int(getattr(trainer, "_total_train_tokens", 0)) or max(
+    # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
+    # lags behind by up to logging_steps, so it is only the fallback
+    tokens = int(trainer.state.num_input_tokens_seen) or max(
         (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
     )
     return run.stage_done(
@@ -209,31 +218,41 @@ def sampling_mode(model, gradient_checkpointing_kwargs=None):
         yield
 
 
-def _timed_trainer_class():
+def _timed_trainer_class(timings: dict):
     from trl import GRPOTrainer
 
     class TimedGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer, plus per-step generation and reward timings and verifiable checkpoints."""
+        """TRL's GRPOTrainer, sampling without gradient checkpointing and timing it (into `timings`, which the
+        reward function logs: `_logged_reward`)."""
 
-        def _generate(self, prompts):
+        def _generate(self, prompts):  # private in TRL 1.15: tests/test_trl_compat.py checks it
             start = time.perf_counter()
             with sampling_mode(self.model, self.args.gradient_checkpointing_kwargs):
                 result = super()._generate(prompts)
-            self._metrics["train"]["time/generation_s"].append(time.perf_counter() - start)
+            timings["time/generation_s"] = time.perf_counter() - start
             return result
-
-        def _calculate_rewards(self, *args, **kwargs):
-            start = time.perf_counter()
-            result = super()._calculate_rewards(*args, **kwargs)
-            self._metrics["train"]["time/reward_s"].append(time.perf_counter() - start)
-            return result
-
-        def _save_checkpoint(self, model, trial):
-            super()._save_checkpoint(model, trial)
-            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-            write_checkpoint_manifest(folder)
 
     return TimedGRPOTrainer
+
+
+def _logged_reward(reward, timings: dict):
+    """The reward function as TRL calls it, which also logs, through TRL's public `log_metric` reward argument,
+    this step's `time/reward_s` (the reward itself), `time/generation_s` (the sampler, measured into `timings`)
+    and the candidate sampler's explore/* metrics (a `rollout_func`'s extra output, which TRL forwards to the
+    reward functions as `rollout_metrics`)."""
+
+    @functools.wraps(reward)
+    def logged(*args, log_metric=None, rollout_metrics=None, **kwargs):
+        start = time.perf_counter()
+        rewards = reward(*args, log_metric=log_metric, **kwargs)
+        if log_metric is not None:
+            log_metric("time/reward_s", time.perf_counter() - start)
+            for name, value in {**timings, **(rollout_metrics[0] if rollout_metrics else {})}.items():
+                log_metric(name, value)
+        timings.clear()
+        return rewards
+
+    return logged
 
 
 def _explore_summary(history: list[dict]) -> dict:
@@ -247,7 +266,29 @@ def _explore_summary(history: list[dict]) -> dict:
     return summary
 
 
-def run_grpo(
+NO_SFT = "no_sft"  # the eval.ablations entry that asks the grpo stage for GRPO from the untrained model
+
+
+def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=()) -> dict:
+    """The grpo stage: GRPO on top of the SFT model (grpo/), then, when `eval.ablations` lists `no_sft`, GRPO with
+    the same settings from the untrained model (grpo_no_sft/), which the evaluate stage compares with it. Returns
+    the grpo record."""
+    record = train_grpo(config, run, resume_from, extra_callbacks)
+    if NO_SFT in config.eval.ablations:
+        train_grpo_no_sft(config, run)
+    return record
+
+
+def train_grpo_no_sft(config: RunConfig, run: Run) -> dict:
+    """GRPO from the untrained model (the one the evaluate stage reports as `untrained`), recorded as stage
+    grpo_no_sft: the no-SFT ablation's model."""
+    from ..evaluation.closed_loop import model_artifacts
+
+    untrained = model_artifacts(config, run)["untrained"]["model"]
+    return train_grpo(config, run, base_model=untrained, stage="grpo_no_sft")
+
+
+def train_grpo(
     config: RunConfig,
     run: Run,
     resume_from: str | None = None,
@@ -308,15 +349,17 @@ def run_grpo(
     rollout = None
     if config.model.action_space == "candidates":
         rollout = candidate_rollout(rows, config.env, g.num_generations, g.temperature, config.seed)
-    trainer = _timed_trainer_class()(
+    timings: dict[str, float] = {}
+    trainer = _timed_trainer_class(timings)(
         model=model,
-        reward_funcs=make_reward_function(config, out / "samples.jsonl", policy),
+        reward_funcs=_logged_reward(make_reward_function(config, out / "samples.jsonl", policy), timings),
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft,
         rollout_func=rollout,
-        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+        # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
+        callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
     )
     policy["model"] = trainer.model
     validation = None

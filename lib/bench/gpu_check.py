@@ -1,6 +1,6 @@
 """GPU check: the repo's real corpus -> sft -> grpo stages on a Qwen2.5-0.5B-shaped model, on CUDA, no hub access.
 
-    python bench/gpu_check.py --out bench/gpu_check_<gpu>.json [--log bench/gpu_check_<gpu>.log]
+    python -m lib.bench.gpu_check --out bench/gpu_check_<gpu>.json [--log bench/gpu_check_<gpu>.log]
 
 What it does, in order:
 1. `python -m lib stage corpus --profile t4-qwen0.5b --run-dir W/run-<mode> --set ...` (small overrides: few SFT
@@ -34,7 +34,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the repository root (this file is lib/bench/gpu_check.py)
 PROFILE = "t4-qwen0.5b"
 # Qwen/Qwen2.5-0.5B-Instruct's config.json shape (vocab 151,936 including padding; tied embeddings).
 QWEN25_05B = dict(
@@ -87,7 +87,6 @@ OFFLINE_ENV = {
 
 
 def versions() -> dict:
-    sys.path.insert(0, str(REPO))
     from lib.runs import package_versions
 
     return package_versions(PACKAGES)
@@ -96,7 +95,6 @@ def versions() -> dict:
 # ---------------------------------------------------------------------------------------------------- child side
 def child(mem_path: str, argv: list[str]) -> int:
     """Runs one `python -m lib ...` command in this process, then writes its CUDA memory peaks to mem_path."""
-    sys.path.insert(0, str(REPO))
     import torch
 
     import lib.models
@@ -174,7 +172,7 @@ class NvmlPeak:
 def run_stage(lib_argv: list[str], log_path: Path, env: dict) -> dict:
     mem_path = log_path.with_suffix(".mem.json")
     mem_path.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "_child", str(mem_path), *lib_argv]
+    command = [sys.executable, "-m", "lib.bench.gpu_check", "_child", str(mem_path), *lib_argv]
     began = time.perf_counter()
     with NvmlPeak() as nvml, log_path.open("w") as log:
         log.write("$ python -m lib " + " ".join(lib_argv) + "\n")
@@ -191,7 +189,6 @@ def run_stage(lib_argv: list[str], log_path: Path, env: dict) -> dict:
 def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: int, save_dtype: str, seed: int) -> dict:
     """Tokenizer from the corpus (lib.models.train_tokenizer), random Qwen2.5-0.5B-shaped model, saved as an HF
     folder."""
-    sys.path.insert(0, str(REPO))
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

@@ -1,7 +1,7 @@
 """Stage `postsave`: in a fresh process, load only the exported artifact and play held-out episodes with it.
 Also `python -m lib activate`, which names the run's artifact that later loads should use.
 
-`python -m lib stage postsave --run-dir outputs/<id>`; notebook 06_export_postsave calls `run_postsave`.
+`python -m lib stage postsave --run-dir outputs/<id>`; notebook 06_export runs it after export.
 Writes `postsave/postsave_inference.json`. Fails if the weights the fresh process loaded are not the ones the
 export manifest fingerprinted.
 """

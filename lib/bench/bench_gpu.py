@@ -206,7 +206,7 @@ def run_bench(
 ) -> dict:
     from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
-    from ..training.train import run_grpo, run_sft
+    from ..training.train import run_sft, train_grpo
 
     config = load_config(profile, {**(overrides or {}), "sft.max_steps": sft_steps, "grpo.max_steps": grpo_steps})
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=workdir))
@@ -226,7 +226,7 @@ def run_bench(
         bare_peak = _peak_mb()
 
         _reset_peak()
-        run_grpo(config, run)
+        train_grpo(config, run)  # the policy's GRPO only (the stage would add grpo_no_sft with that ablation)
         grpo_peak = _peak_mb()
         grpo_timing = _grpo_timings(run.dir / "grpo" / "train_log.jsonl")
 

@@ -1,7 +1,7 @@
 """Stage `export`: merge the GRPO LoRA adapter into its base as a new folder, fingerprint every file, and prove
 in a fresh process that the merged model answers like the unmerged adapter. Optional push to the hub.
 
-`python -m lib stage export --run-dir outputs/<id>`; notebook 06_export_postsave calls `run_export`.
+`python -m lib stage export --run-dir outputs/<id>`; notebook 06_export runs it (`run_stage("export", ...)`).
 Writes `export/merged/` (refuses to overwrite) and `export/export_manifest.json`.
 """
 

@@ -239,6 +239,22 @@ def _env_table(args) -> int:
     return 0
 
 
+def _fingerprint(args) -> int:
+    import json
+
+    from .bench.fingerprint import fingerprint
+    from .envs import builtin_names
+    from .io import atomic_write_json
+
+    found = []
+    for env in args.env or builtin_names():
+        found.append(fingerprint(env, args.episodes, tuple(args.split), tuple(args.ignore)))
+        print(json.dumps(found[-1]))
+    if args.out:
+        atomic_write_json(args.out, found)
+    return 0
+
+
 def _imports(args) -> int:
     from .imports import cycles, env_violations, hidden_imports, report
 
@@ -381,6 +397,18 @@ def main(argv=None) -> int:
     e.add_argument("--episodes", type=int, default=500)
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=_env_table)
+    f = verbs.add_parser(
+        "fingerprint",
+        help="sha256 of every environment's returns, prompts and steps under every scripted policy (before/after)",
+    )
+    f.add_argument("--env", nargs="+", default=None, help="default: every built-in environment")
+    f.add_argument("--episodes", type=int, default=500, help="seeds per policy and split")
+    f.add_argument(
+        "--split", nargs="+", default=["holdout", "holdout_novel"], choices=["train", "holdout", "holdout_novel"]
+    )
+    f.add_argument("--ignore", nargs="+", default=[], metavar="INFO_KEY", help="info keys left out of the step hash")
+    f.add_argument("--out", type=Path, default=None)
+    f.set_defaults(func=_fingerprint)
     i = verbs.add_parser(
         "imports",
         help="each generic module's workbook imports; fails on an environment import, a cycle or an import "

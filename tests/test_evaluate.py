@@ -96,6 +96,7 @@ def test_an_ablation_without_its_model_says_so_and_evaluation_never_trains(tmp_p
     row = results["no_sft"]
     assert row["status"] == NOT_TRAINED == "not trained in this run" and NOT_TRAINED in row["policy"]
     assert "grpo_no_sft/ is missing" in row["why"] and row["n"] == 0
+    assert row["mean_return"] is None and json.loads(json.dumps(row, allow_nan=False)) == row  # valid JSON, no NaN
     assert NOT_TRAINED in ablation_table({"ablations": results}).to_markdown(index=False)
     assert not list(tmp_path.iterdir())
 

@@ -19,18 +19,17 @@ NOT_TRAINED = "not trained in this run"
 
 
 def not_trained(policy: str, compared_with: str, why: str) -> dict:
-    """The row of an ablation whose model this run does not have: labelled, with no measurement (NaN numbers, so
-    tables and charts that read every row still render it)."""
-    nan = float("nan")
+    """The row of an ablation whose model this run does not have: labelled, with no measurement (null numbers; the
+    report's table prints the status and the chart leaves the row out, naming it)."""
     return {
         "policy": f"{policy} ({NOT_TRAINED})",
         "compared_with": compared_with,
         "status": NOT_TRAINED,
         "why": why,
         "n": 0,
-        "mean_return": nan,
-        "ci95": [nan, nan],
-        "invalid_rate": nan,
+        "mean_return": None,
+        "ci95": None,
+        "invalid_rate": None,
     }
 
 

@@ -216,9 +216,11 @@ def postsave(run_dir: Path) -> Figure:
 
 def ablations(run_dir: Path) -> Figure:
     """Each ablation's holdout mean return (95% CI), and its paired difference with what it is compared with."""
-    entries = _read(run_dir, EVAL)["ablations"]
+    recorded = _read(run_dir, EVAL)["ablations"]
+    entries = {name: a for name, a in recorded.items() if a["mean_return"] is not None}  # measured ones only
+    missing = sorted(set(recorded) - set(entries))  # e.g. no_sft when its model was not trained in this run
     if not entries:
-        raise ValueError(f"{EVAL} records no ablations")
+        raise ValueError(f"{EVAL} records no measured ablations" + (f" (not measured: {missing})" if missing else ""))
     compared = {name: a for name, a in entries.items() if "paired_vs_compared" in a}
     figure, axes = _figure(ncols=2 if compared else 1, width=5.5)
     _grouped_bars(
@@ -227,7 +229,10 @@ def ablations(run_dir: Path) -> Figure:
         {"mean return": [a["mean_return"] for a in entries.values()]},
         {"mean return": [a["ci95"] for a in entries.values()]},
     )
-    axes[0].set(title="Ablations: holdout mean return, 95% CI", xlabel="ablation", ylabel="mean episode return")
+    title = "Ablations: holdout mean return, 95% CI" + (
+        f"\n(not measured in this run: {', '.join(missing)})" if missing else ""
+    )
+    axes[0].set(title=title, xlabel="ablation", ylabel="mean episode return")
     if compared:
         diffs, y = [a["paired_vs_compared"] for a in compared.values()], np.arange(len(compared))
         axes[1].hlines(y, *np.array([d["ci95"] for d in diffs]).T, color="black", linewidth=2)

@@ -92,11 +92,11 @@ def ablation_table(report: dict) -> pd.DataFrame:
             {
                 "ablation": name,
                 "policy": a["policy"],
-                "mean return": round(a["mean_return"], 3),
-                "95% CI": _ci(a["ci95"]),
+                "mean return": round(a["mean_return"], 3) if a["mean_return"] is not None else a["status"],
+                "95% CI": _ci(a["ci95"]) if a["ci95"] is not None else "n/a",
                 "compared with": a["compared_with"],
                 "paired difference": _paired_text(a["paired_vs_compared"]) if "paired_vs_compared" in a else "n/a",
-                "invalid rate": round(a["invalid_rate"], 3),
+                "invalid rate": round(a["invalid_rate"], 3) if a["invalid_rate"] is not None else "n/a",
             }
             for name, a in report.get("ablations", {}).items()
         ]

@@ -1,11 +1,15 @@
-"""Notebook hygiene (clean sources, one parameters cell, no logic, identical bootstrap cells), the runner's
-parameter check, and one slow end-to-end papermill run of One_Run_Runner.ipynb on cpu-smoke."""
+"""Notebook hygiene (clean sources, one parameters cell, no logic, identical bootstrap cells, cell ids), the
+runner's parameter check, and one slow end-to-end papermill run of One_Run_Runner.ipynb on cpu-smoke from a bare VM
+(a fresh venv, the runner alone in an empty folder, the workbook cloned from a git repo of the working tree)."""
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import nbformat
 import papermill
@@ -103,24 +107,95 @@ def test_a_failing_stage_stops_the_run_and_names_the_executed_notebook_and_cell(
     shutil.rmtree(REPO / "outputs" / run_id)
 
 
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_every_cell_has_a_unique_id_and_the_notebook_validates_without_warnings(path):
+    """nbformat 4.5 cell ids, already in nbformat's normal form: reading, normalising or validating changes and
+    warns about nothing (nbformat warns that missing ids will become an error)."""
+    raw = json.loads(path.read_text())
+    assert (raw["nbformat"], raw["nbformat_minor"]) >= (4, 5)
+    ids = [cell.get("id") for cell in raw["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        changes, _ = nbformat.validator.normalize(raw)
+        nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+    assert changes == 0
+
+
+def _bare_vm(root: Path) -> Path:
+    """A fresh venv with only what a Colab VM brings (torch, installed as the Makefile does, and a Jupyter kernel),
+    registered as the kernel `bare-vm` under root/jupyter. Returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(root / "vm")], check=True)
+    python = root / "vm" / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    subprocess.run([python, "-m", "pip", "install", "-q", "torch==2.13.0", "ipykernel"], check=True)
+    spec = {"argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "language": "python"}
+    (root / "jupyter" / "kernels" / "bare-vm").mkdir(parents=True)
+    (root / "jupyter" / "kernels" / "bare-vm" / "kernel.json").write_text(json.dumps({**spec, "display_name": "VM"}))
+    return python
+
+
+def _working_tree_repo(root: Path) -> Path:
+    """The current working tree (tracked and untracked files git does not ignore), committed into a fresh repo."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    source = root / "source"
+    for name in filter(None, listed.stdout.split("\0")):
+        if (REPO / name).is_file():  # a tracked file deleted in the working tree is left out
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the working tree"]):
+        subprocess.run([*git, *command], cwd=source, check=True)
+    return source
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
 @pytest.mark.slow
-def test_one_run_runner_end_to_end_on_cpu_smoke():
-    """papermill runs One_Run_Runner.ipynb (which runs every stage notebook) on cpu-smoke; the gate's verdict file
-    exists and every check that does not depend on the improvement outcome passes."""
+def test_one_run_runner_from_a_bare_vm_end_to_end_on_cpu_smoke(tmp_path):
+    """Colab, simulated: One_Run_Runner.ipynb alone in an empty folder, run by papermill in a kernel of a fresh venv
+    holding only torch and ipykernel, with WORKBOOK_REPO set to a git repo of the current working tree. Its bootstrap
+    clones and installs the workbook; the runner executes every stage notebook (in the same venv) on cpu-smoke; the
+    gate's verdict file exists and every check that does not depend on the improvement outcome passes."""
     from lib.reporting.gate import OUTCOME_CHECKS, run_gate
 
+    python = _bare_vm(tmp_path)
+    source = _working_tree_repo(tmp_path)
+    content = tmp_path / "content"
+    content.mkdir()
+    shutil.copy2(RUNNER, content / RUNNER.name)
     run_id = "pytest-e2e-cpu-smoke"
-    run_dir = REPO / "outputs" / run_id
-    shutil.rmtree(run_dir, ignore_errors=True)
-    target = run_dir / "One_Run_Runner.ipynb"
-    target.parent.mkdir(parents=True)
-    papermill.execute_notebook(
-        str(RUNNER),
-        str(target),
-        parameters={"PROFILE": "cpu-smoke", "RUN_ID": run_id},
-        cwd=str(REPO),
-        progress_bar=False,
+    executed_runner = tmp_path / "executed" / RUNNER.name
+    executed_runner.parent.mkdir()
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith(str(REPO))]  # no .venv/bin
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env |= {
+        "WORKBOOK_REPO": source.as_uri(),
+        "PATH": os.pathsep.join([str(python.parent), *path]),  # the VM's python is the one on PATH
+        "JUPYTER_PATH": str(tmp_path / "jupyter"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),  # no user kernelspec named python3 takes over
+    }
+    log = tmp_path / "papermill.log"
+    with log.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "papermill", str(content / RUNNER.name), str(executed_runner), "--cwd",
+             str(content), "-k", "bare-vm", "-p", "PROFILE", "cpu-smoke", "-p", "RUN_ID", run_id, "--log-output"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, timeout=3600,
+        )  # fmt: skip
+    assert done.returncode == 0, log.read_text()[-6000:]
+    clone = content / "workbook"
+    runner = _load(executed_runner)
+    assert f"Workbook: cloning {source.as_uri()} into {clone}\n" in _text(runner.cells[1])
+    assert f"Installing the workbook for {python} " in _text(runner.cells[1])
+    imported = subprocess.run(  # installed editable: a new kernel imports the clone's lib from any folder
+        [python, "-c", "import lib; print(lib.__file__)"], cwd=tmp_path, capture_output=True, text=True, env=env
     )
+    assert imported.stdout.strip() == str(clone / "lib" / "__init__.py"), imported.stderr
+    run_dir = clone / "outputs" / run_id
     verdict = json.loads((run_dir / "gate.json").read_text())
     integrity = [c for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS]
     assert integrity and all(c["passed"] for c in integrity), [c for c in integrity if not c["passed"]]
@@ -129,10 +204,11 @@ def test_one_run_runner_end_to_end_on_cpu_smoke():
         executed = _load(run_dir / stage / f"{stage}.ipynb")
         errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert not errors, (stage, errors)
+        # each stage ran in its own kernel of the VM's python, with the workbook the runner installed
+        assert f"Installed already for {python}: nothing to install" in _text(executed.cells[1]), stage
     # every chart, the validation curve included (cpu-smoke records one)
     assert {p.stem for p in (run_dir / "charts").glob("*.png")} == set(CHARTS)
     planted = run_dir.with_name(run_id + "-planted")  # planting a fallback in a copy makes the gate fail
-    shutil.rmtree(planted, ignore_errors=True)
     shutil.copytree(run_dir, planted)
     lines = (planted / "evaluate" / "episodes.jsonl").read_text().splitlines()
     record = next(i for i, line in enumerate(lines) if json.loads(line)["policy"] == "grpo")
@@ -142,4 +218,4 @@ def test_one_run_runner_end_to_end_on_cpu_smoke():
     (planted / "evaluate" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
     failed = [c["name"] for c in run_gate(planted, write=False)["checks"] if not c["passed"]]
     assert "every_action_has_provenance" in failed
-    shutil.rmtree(planted)
+    shutil.rmtree(tmp_path / "vm")  # a passing run leaves no 2 GB venv behind; a failing one keeps it to look into

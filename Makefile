@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test run baselines bench-train clean
+.PHONY: setup test test-fast run baselines bench-train clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check --quiet .
 	$(PY) -m pytest -q
+
+# The fast tier (under 2 minutes on 2 cores): lint and every test not marked slow (no training, no pipeline run).
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check --quiet .
+	$(PY) -m pytest -q -m "not slow"
 
 # The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.
 run: $(STAMP)

@@ -143,6 +143,7 @@ MICRO = {
 }
 
 
+@pytest.mark.slow
 def test_a_toy_environment_outside_lib_runs_the_whole_pipeline(tmp_path):
     """corpus -> baselines -> SFT -> GRPO -> evaluate -> export -> post-save -> report + gate, on `env: tests.toyenv`:
     nothing in lib/ knows this environment, and every integrity check of the gate passes."""

@@ -17,6 +17,7 @@ def report(request):
     return run_baselines("polyguard", request.param, 500, 0)
 
 
+@pytest.mark.slow
 def test_oracle_heuristic_random_ordering(report):
     p = {name: r["mean_return"] for name, r in report["policies"].items()}
     assert p["oracle"] >= p["heuristic"] + 0.15

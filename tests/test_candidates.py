@@ -123,6 +123,7 @@ def test_distribution_is_a_softmax_that_temperature_flattens():
     assert flat[0] < probs[0] and flat[2] > probs[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, seeds", [("polyguard", 12), ("sentinel_trust", 8), ("sentinel_cluster", 2)])
 def test_the_improver_is_at_least_the_teacher_on_average(name, seeds):
     spec = get_spec(name)

@@ -55,6 +55,7 @@ def test_same_seed_same_hashes_and_they_reach_the_manifest(corpus_run, tmp_path)
     assert run.manifest()["corpus_hashes"] == record["metrics"]["hashes"]
 
 
+@pytest.mark.slow
 def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, capsys):
     run, record = corpus_run
     pinned = load_config("cpu-smoke", {**MICRO, "corpus.expected_hash": record["metrics"]["hashes"]})
@@ -67,6 +68,7 @@ def test_expected_hash_is_enforced_and_unpinned_runs_warn(corpus_run, tmp_path, 
     assert "corpus hashes are not pinned" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_offline_instruction_data_is_skipped_loudly_never_silently(tmp_path, capsys):
     config = load_config(
         "cpu-smoke",
@@ -127,6 +129,7 @@ def test_executed_labels_clone_the_noisy_teacher_and_a_bad_label_is_named():
         sft_rows(SPEC, env, range(2), label="random")
 
 
+@pytest.mark.slow
 def test_improvable_share_draws_states_where_the_reference_is_beaten():
     import random
 
@@ -168,6 +171,7 @@ def test_improvable_share_draws_states_where_the_reference_is_beaten():
         assert best == r["best_return"] > r["reference_return"]
 
 
+@pytest.mark.slow
 def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much():
     import random
 

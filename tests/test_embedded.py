@@ -23,6 +23,8 @@ from lib.runs import Run
 from lib.training.corpus import run_corpus
 from lib.training.train import run_grpo, run_sft
 
+pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
+
 NAME = "smollm2-135m-instruct"
 SPEC = EMBEDDED[NAME]
 PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

@@ -410,6 +410,7 @@ def means():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
 def test_baseline_bars(means, split):
     m = means[split]
@@ -420,6 +421,7 @@ def test_baseline_bars(means, split):
     assert m["evidence_expert"] >= teacher + 0.08, m
 
 
+@pytest.mark.slow
 def test_every_harmful_attack_scores_at_most_the_worst_legal_action(env):
     seen = set()
     for seed, split in ((0, "holdout"), (5, "holdout_novel"), (11, "holdout")):

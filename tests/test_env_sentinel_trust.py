@@ -282,6 +282,7 @@ def baseline_means():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
 def test_baseline_bars(baseline_means, split):
     mean = {policy: baseline_means[policy, split] for policy in POLICIES}

@@ -21,6 +21,8 @@ from lib.runs import Run
 from lib.training.corpus import run_corpus
 from lib.training.train import run_grpo, run_sft
 
+pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
+
 MICRO = {
     "corpus.sft_episodes": 10,
     "corpus.grpo_prompts": 16,

@@ -95,6 +95,7 @@ def test_cli_run_rejects_an_unknown_override_before_running_anything():
     assert not (REPO / "outputs" / "never").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_stage_stops_the_run_and_names_the_executed_notebook_and_cell():
     run_id = "pytest-failing-stage"
     shutil.rmtree(REPO / "outputs" / run_id, ignore_errors=True)

@@ -131,6 +131,7 @@ def run_dir(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_every_chart_draws_and_saves_a_png(run_dir):
     charts = plots.draw_all(run_dir)
     assert [c.name for c in charts] == list(plots.CHARTS)

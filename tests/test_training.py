@@ -31,6 +31,8 @@ from lib.training.guards import (
 from lib.training.reward import make_reward_function
 from lib.training.train import run_grpo, run_sft
 
+pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
+
 make_policy = SPEC.make_policy
 
 MICRO = {

@@ -359,19 +359,14 @@ def metadata_version(name: str):
 
 def source_info() -> dict:
     """Which code ran: REPO/SOURCE_SHA (written when the tree is a `git archive` snapshot), else git itself."""
+    from lib.runs import git_state
+
     marker = REPO / "SOURCE_SHA"
     if marker.exists():
         return {"sha": marker.read_text().strip(), "how": "git archive snapshot (SOURCE_SHA)", "path": str(REPO)}
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        )
-        return {"sha": sha, "dirty": dirty, "how": "git", "path": str(REPO)}
-    except (OSError, subprocess.CalledProcessError):
-        return {"sha": None, "how": "unknown (no git, no SOURCE_SHA)", "path": str(REPO)}
+    state = git_state(REPO)
+    how = "git" if state["sha"] else "unknown (no git, no SOURCE_SHA)"
+    return {**state, "how": how, "path": str(REPO)}
 
 
 def device_info() -> dict:

@@ -269,6 +269,7 @@ def _add_set(parser, help="config overrides, e.g. grpo.max_steps=5; repeat --set
 def main(argv=None) -> int:
     from .envs import builtin_names
     from .pipeline.stages import STAGE_NAMES
+    from .serve.cli import add_serve_verbs
 
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -415,6 +416,7 @@ def main(argv=None) -> int:
         "hidden behind a string",
     )
     i.set_defaults(func=_imports)
+    add_serve_verbs(verbs, env_help=f"one of {builtin_names()} or a dotted module path defining SPEC")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,267 @@
+"""`python -m lib serve --env NAME [--port P] [--run-dir R]`: one environment of the registry as an OpenEnv server,
+with the workbook's HTTP sessions, the dashboard and the replayed trained policy on the same port.
+
+Routes:
+- OpenEnv's own (`openenv.core.env_server.http_server.create_fastapi_app`): `/ws` (one persistent session per
+  WebSocket, what `WorkbookClient` and TRL-side rollouts use), `/health`, `/schema`, `/metadata`, and the stateless
+  `/reset` (a first observation) and `/step` (409: a step needs a session).
+- Sessions over plain HTTP: `POST /sessions` {seed, split} opens one and resets it, `POST /sessions/{id}/step`
+  {text}, `GET /sessions/{id}`, `DELETE /sessions/{id}`.
+- The dashboard `/` and what it reads: `/api/info`, `/api/episode?policy=&split=&seed=` (a whole episode, step by
+  step), `/api/run` (gate verdict, charts, evaluated means), `/api/charts/{name}`, and `/policy/model_status` (the
+  active model: the served run's manifest and its replay).
+
+Bad input is a 4xx with a JSON `detail`, and touches no other session: malformed JSON and wrong fields (422), an
+unknown session (404), a step after done (409), a body over `max_body` bytes (413), too many sessions (429).
+The server writes nothing to disk and reads only the package's files and the served run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastapi import Body, FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from openenv.core.env_server.http_server import create_fastapi_app
+
+from ..envs import get_spec
+from ..io import read_json
+from .replay import REPLAY_FILE, REPLAYED, ReplayError, load
+from .served import BadRequestError, Sessions, ServedEnvironment, ServeError, UnknownSessionError
+from .wire import MAX_WIRE_ACTION_CHARS, WorkbookAction, WorkbookObservation, candidates_payload, check_split, json_safe
+
+DASHBOARD = Path(__file__).with_name("dashboard.html")
+MAX_BODY = 64 * 1024  # bytes; every request body and WebSocket message above it is refused
+MAX_TRACE_STEPS = 500  # an episode the dashboard plays is cut off here (no environment comes near it)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is answered 413 before any route reads it, whether the
+    client declared its length or streamed it."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._refuse(send)
+        seen = 0
+        started = False
+
+        async def counted_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send):
+        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_run(run_dir: Path | None, env_name: str) -> dict:
+    """What the dashboard shows of the served run: manifest, gate verdict, charts, evaluated means, replay."""
+    if run_dir is None:
+        return {"run_dir": None}
+    manifest = read_json(run_dir / "manifest.json")
+    if manifest["config"]["env"] != env_name:
+        raise ValueError(f"{run_dir} is a run of {manifest['config']['env']!r}, not of {env_name!r}")
+    gate = read_json(run_dir / "gate.json") if (run_dir / "gate.json").exists() else None
+    evaluated = {}
+    if (run_dir / "evaluate" / "eval.json").exists():
+        for split, block in read_json(run_dir / "evaluate" / "eval.json")["splits"].items():
+            evaluated[split] = {
+                name: {"kind": p["kind"], "mean_return": p["mean_return"], "ci95": p["ci95"]}
+                for name, p in block["policies"].items()
+            }
+    charts = sorted(p.name for p in (run_dir / "charts").glob("*.png")) if (run_dir / "charts").is_dir() else []
+    return {
+        "run_dir": str(run_dir),
+        "run_id": manifest.get("run_id", run_dir.name),
+        "profile": manifest["config"]["profile"],
+        "git": manifest.get("git"),
+        "gate": gate,
+        "evaluated": evaluated,
+        "charts": charts,
+    }
+
+
+def _trace(env_name: str, policy, split: str, seed: int) -> dict:
+    """One whole episode of `policy`, every step as the dashboard shows it."""
+    env = get_spec(env_name).make_env()
+    observation = env.reset(seed, split)
+    policy.begin(seed)
+    steps = []
+    while len(steps) < MAX_TRACE_STEPS:
+        offered = candidates_payload(observation)
+        prompt = env.render(observation)
+        answer = policy.act(observation, env)
+        result = env.step(answer)
+        steps.append(
+            {
+                "step": len(steps) + 1,
+                "messages": prompt,
+                "candidates": offered,
+                "answer": answer,
+                "chosen": result.info.get("action"),
+                "reward": result.reward,
+                "components": result.components,
+                "info": json_safe(result.info),
+                "replay_miss": bool(getattr(policy, "last_miss", False)),
+            }
+        )
+        observation = result.observation
+        if result.done:
+            break
+    final = steps[-1]["info"] if steps else {}
+    return {
+        "env": env_name,
+        "split": split,
+        "seed": seed,
+        "policy": policy.name if hasattr(policy, "name") else str(policy),
+        "steps": steps,
+        "episode_return": final.get("episode_return"),
+        "end_reason": final.get("end_reason"),
+        "replay_misses": sum(s["replay_miss"] for s in steps),
+    }
+
+
+def build_app(env_name: str, run_dir: str | Path | None = None, *, max_sessions: int = 256, max_body: int = MAX_BODY):
+    """The server of `env_name` (see the module docstring). With `run_dir`, the run's trained policy is served from
+    its replay.jsonl as `grpo` (if recorded), and the dashboard shows its charts and gate verdict."""
+    spec = get_spec(env_name)
+    run_dir = Path(run_dir).resolve() if run_dir is not None else None
+    run = _read_run(run_dir, env_name)
+    replay, replay_error = None, None
+    if run_dir is not None:
+        try:
+            replay = load(run_dir)
+        except ReplayError as error:
+            replay_error = str(error)
+    app = create_fastapi_app(
+        lambda: ServedEnvironment(env_name), WorkbookAction, WorkbookObservation, max_concurrent_envs=max_sessions
+    )
+    app.title = f"agent-rl-workbook: {env_name}"
+    app.add_middleware(BodyLimit, limit=max_body)
+    sessions = Sessions(env_name, capacity=max_sessions)
+    served_misses = {"steps": 0, "episodes": 0}
+
+    @app.exception_handler(ServeError)
+    async def _refused(request: Request, error: ServeError):
+        return JSONResponse({"detail": str(error), "error": type(error).__name__}, status_code=error.status)
+
+    policies = list(spec.reported_policies) + ([REPLAYED] if replay is not None else [])
+
+    def make_policy(name: str):
+        if name == REPLAYED and replay is not None:
+            return replay.policy()
+        if name not in spec.policies:
+            raise BadRequestError(f"unknown policy {name!r}; this server has {policies}")
+        return spec.make_policy(name)
+
+    @app.post("/sessions", tags=["Sessions"])
+    def open_session(seed: int = Body(..., ge=0), split: str = Body("holdout")):
+        key, served = sessions.open()
+        try:
+            observation = served.reset(seed=seed, split=split)
+        except ServeError:
+            sessions.close(key)
+            raise
+        return {"session_id": key, **observation.model_dump()}
+
+    @app.post("/sessions/{key}/step", tags=["Sessions"])
+    def session_step(key: str, text: str = Body(..., embed=True, max_length=MAX_WIRE_ACTION_CHARS)):
+        served, lock = sessions.use(key)
+        with lock:
+            return served.step(WorkbookAction(text=text)).model_dump()
+
+    @app.get("/sessions/{key}", tags=["Sessions"])
+    def session_state(key: str):
+        served, lock = sessions.use(key)
+        with lock:
+            return served.state.model_dump()
+
+    @app.delete("/sessions/{key}", tags=["Sessions"])
+    def close_session(key: str):
+        sessions.close(key)
+        return {"closed": key}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard():
+        return DASHBOARD.read_text(encoding="utf-8")
+
+    @app.get("/api/info", tags=["Dashboard"])
+    def info():
+        return {
+            "env": env_name,
+            "splits": ["holdout", "holdout_novel", "train"],
+            "policies": policies,
+            "roles": dict(spec.roles),
+            "teacher": spec.teacher,
+            "replayed": REPLAYED if replay is not None else None,
+            "sessions_open": len(sessions),
+        }
+
+    @app.get("/api/episode", tags=["Dashboard"])
+    def episode(policy: str, seed: int, split: str = "holdout"):
+        try:
+            check_split(split)
+            get_spec(env_name).make_env().reset(seed, split)  # validates the seed
+        except ValueError as error:
+            raise BadRequestError(str(error)) from None
+        trace = _trace(env_name, make_policy(policy), split, seed)
+        if policy == REPLAYED:
+            served_misses["episodes"] += 1
+            served_misses["steps"] += trace["replay_misses"]
+        return trace
+
+    @app.get("/api/run", tags=["Dashboard"])
+    def run_view():
+        return run
+
+    @app.get("/api/charts/{name}", tags=["Dashboard"])
+    def chart(name: str):
+        if name not in run.get("charts", []):  # only the listed files: no path ever reaches the disk
+            raise UnknownSessionError(f"no chart {name!r} in the served run")
+        return FileResponse(Path(run["run_dir"]) / "charts" / name, media_type="image/png")
+
+    @app.get("/policy/model_status", tags=["Dashboard"])
+    def model_status():
+        return {
+            "env": env_name,
+            "active": run_dir is not None,
+            "run_id": run.get("run_id"),
+            "profile": run.get("profile"),
+            "git": run.get("git"),
+            "policy": REPLAYED if replay is not None else None,
+            "mode": "replay (no model loaded)" if replay is not None else "scripted policies only",
+            "replay_file": str(run_dir / REPLAY_FILE) if replay is not None else None,
+            "replay_error": replay_error,
+            "replay_episodes": len(replay.seeds) if replay is not None else 0,
+            "artifacts": replay.artifacts if replay is not None else [],
+            "replay_misses_served": dict(served_misses),
+        }
+
+    return app

@@ -180,6 +180,21 @@ class GRPOStageConfig(Strict):
         description="who finishes the episode after the sampled action: the reference policy, or the "
         "policy being trained (greedy, batched), so the reward is this policy's own return from that state",
     )
+    mode: Literal["step", "multi_turn"] = Field(
+        "step",
+        description="step: each GRPO sample is one action at a corpus state, the episode finished by `continuation` "
+        "(the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays against "
+        "the served environment (lib/serve, OpenEnv), acting at every turn, its return the reward "
+        "(lib/training/multiturn.py)",
+    )
+    env_url: str | None = Field(
+        None,
+        description="multi_turn: the base url of a running `python -m lib serve --env <env>`; unset: the grpo "
+        "stage starts one on localhost and stops it when training ends",
+    )
+    max_turns: int = Field(
+        300, ge=1, description="multi_turn: an episode still running after this many turns is cut off (reward 0)"
+    )
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     validate_every: int = Field(
@@ -283,6 +298,10 @@ class RunConfig(Strict):
             unknown = sorted(set(names) - set(spec.policies))
             if unknown:
                 raise ValueError(f"{key}: {unknown} are not policies of {self.env!r} (it has {sorted(spec.policies)})")
+        if self.grpo.mode == "multi_turn" and self.model.action_space != "candidates":
+            raise ValueError(
+                "grpo.mode: multi_turn samples from the candidate policy; it needs model.action_space: candidates"
+            )
         return self
 
 

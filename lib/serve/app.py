@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 
 from ..envs import get_spec
 from ..io import read_json
 from .replay import REPLAY_FILE, REPLAYED, ReplayError, load
-from .served import BadRequestError, Sessions, ServedEnvironment, ServeError, UnknownSessionError
+from .served import BadRequestError, ServedEnvironment, ServeError, Sessions, UnknownSessionError
 from .wire import MAX_WIRE_ACTION_CHARS, WorkbookAction, WorkbookObservation, candidates_payload, check_split, json_safe
 
 DASHBOARD = Path(__file__).with_name("dashboard.html")
@@ -38,7 +38,8 @@ MAX_TRACE_STEPS = 500  # an episode the dashboard plays is cut off here (no envi
 
 class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes is answered 413 before any route reads it, whether the
-    client declared its length or streamed it."""
+    client declared its length or streamed it (chunked). The body is read here first, at most `limit` bytes of
+    it, and handed on whole: a route's own body parsing would turn an error raised mid-read into a 400."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -49,36 +50,29 @@ class BodyLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(send)
-        seen = 0
-        started = False
-
-        async def counted_receive():
-            nonlocal seen
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] != "http.request":  # the client went away before its body was complete
+                return None
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
             if seen > self.limit:
-                raise _TooLarge
-            return message
+                return await self._refuse(send)
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        async def tracked_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def replayed_receive():
+            return pending.pop() if pending else await receive()
 
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
+        await self.app(scope, replayed_receive, send)
 
     async def _refuse(self, send):
         body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _read_run(run_dir: Path | None, env_name: str) -> dict:

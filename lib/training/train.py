@@ -17,7 +17,7 @@ import json
 import resource
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
@@ -266,6 +266,40 @@ def _explore_summary(history: list[dict]) -> dict:
     return summary
 
 
+def _sampler(config: RunConfig, rows: list[dict], tokenizer) -> dict:
+    """What GRPO samples from, by `grpo.mode`: the dataset, TRL's `rollout_func` (None: TRL generates free text),
+    the reward (None: the step-mode environment reward) and, in multi_turn mode, `serve(stack)`, which returns the
+    served environment's url: `grpo.env_url`, or a server it starts on localhost into `stack` (stopped with it)."""
+    g = config.grpo
+    if g.mode == "multi_turn":
+        from ..serve.launch import served
+        from .multiturn import episode_reward, episode_starts, multi_turn_rollout
+
+        target = {"url": g.env_url}
+
+        def serve(stack: ExitStack) -> str:
+            target["url"] = g.env_url or stack.enter_context(served(config.env))
+            return target["url"]
+
+        starts = episode_starts(config.env, sorted({r["seed"] for r in rows}))
+        check_prompt_length(tokenizer, [r["prompt"] for r in starts], g.max_prompt_length)
+        return {
+            "dataset": Dataset.from_list(starts),
+            "rollout": multi_turn_rollout(target, starts, g.num_generations, g.temperature, config.seed, g.max_turns),
+            "reward": episode_reward,
+            "serve": serve,
+        }
+    rollout = None
+    if config.model.action_space == "candidates":
+        rollout = candidate_rollout(rows, config.env, g.num_generations, g.temperature, config.seed)
+    return {
+        "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
+        "rollout": rollout,
+        "reward": None,
+        "serve": None,
+    }
+
+
 NO_SFT = "no_sft"  # the eval.ablations entry that asks the grpo stage for GRPO from the untrained model
 
 
@@ -317,7 +351,7 @@ def train_grpo(
 
     rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
     g = config.grpo
-    dataset = _grpo_dataset(rows, tokenizer, g.max_prompt_length)
+    sampler = _sampler(config, rows, tokenizer)
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
         max_steps=g.max_steps,
@@ -346,18 +380,16 @@ def train_grpo(
     )
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
-    rollout = None
-    if config.model.action_space == "candidates":
-        rollout = candidate_rollout(rows, config.env, g.num_generations, g.temperature, config.seed)
+    reward = sampler["reward"] or make_reward_function(config, out / "samples.jsonl", policy)
     timings: dict[str, float] = {}
     trainer = _timed_trainer_class(timings)(
         model=model,
-        reward_funcs=_logged_reward(make_reward_function(config, out / "samples.jsonl", policy), timings),
+        reward_funcs=_logged_reward(reward, timings),
         args=args,
-        train_dataset=dataset,
+        train_dataset=sampler["dataset"],
         processing_class=tokenizer,
         peft_config=peft,
-        rollout_func=rollout,
+        rollout_func=sampler["rollout"],
         # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
         callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
     )
@@ -366,9 +398,14 @@ def train_grpo(
     if g.validate_every:
         validation = ValidationCallback(config, out, tokenizer, policy)
         trainer.add_callback(validation)
-    run.log(f"{stage}_start", resume_from=resume_from, prompts=len(dataset), base_model=base_model)
+    run.log(
+        f"{stage}_start", resume_from=resume_from, prompts=len(sampler["dataset"]), base_model=base_model, mode=g.mode
+    )
+    served_at = None
     try:
-        trainer.train(resume_from_checkpoint=resume_from)
+        with ExitStack() as servers:  # multi_turn: the environment server, for as long as training runs
+            served_at = sampler["serve"](servers) if sampler["serve"] else None
+            trainer.train(resume_from_checkpoint=resume_from)
     except RuntimeError as error:  # NaN weights can also surface as a sampling error inside generation
         if "nan" not in str(error).lower() and "inf" not in str(error).lower():
             raise
@@ -416,6 +453,8 @@ def train_grpo(
             "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
             **_explore_summary(history),
             **kept,
+            "mode": g.mode,
+            **({"env_url": served_at, "episode_starts": len(sampler["dataset"])} if served_at else {}),
             "adapter_sha256": weights_sha256(adapter_dir),
             "resumed_from": resume_from,
         },

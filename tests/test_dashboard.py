@@ -5,15 +5,17 @@ tmp_path. Playwright's own browser download is not used (no internet needed): `m
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from lib.envs import get_spec
-from lib.serve.launch import served
+from lib.serve.launch import start_server, stop_server, wait_healthy
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -44,28 +46,58 @@ def browser():
             f"{CHROMIUM} not found: the dashboard test needs Debian's Chromium. "
             "Install it with `apt-get install -y chromium` (or `make browser`)."
         )
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield launched
         launched.close()
 
 
+def write_replay(run_dir: Path, seed: int = 3, split: str = "holdout") -> None:
+    """A tiny replay.jsonl in `run_dir`: the teacher's answers for one episode, as if a trained model gave them."""
+    spec = get_spec("polyguard")
+    env, policy = spec.make_env(), spec.make_policy(spec.teacher)
+    observation = env.reset(seed, split)
+    policy.begin(seed)
+    lines = []
+    while True:
+        answer = policy.act(observation, env)
+        lines.append({"env": "polyguard", "split": split, "seed": seed, "step": len(lines) + 1, "action": answer})
+        lines[-1]["artifact"] = {"path": "x", "sha256": "y"}
+        result = env.step(answer)
+        observation = result.observation
+        if result.done:
+            break
+    (run_dir / "replay.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
 @pytest.fixture(scope="module")
-def server():
-    with served("polyguard", run_dir=RUN) as url:
-        yield url
+def servers(tmp_path_factory):
+    """Two servers, started side by side (each takes seconds to start): the committed run as it is (no replay),
+    and a copy of it with a replay of holdout seed 3 (`write_replay`)."""
+    replay_run = tmp_path_factory.mktemp("replay") / RUN.name
+    shutil.copytree(RUN, replay_run)
+    write_replay(replay_run)
+    started = [start_server("polyguard", run_dir) for run_dir in (RUN, replay_run)]
+    try:
+        for process, url in started:
+            wait_healthy(process, url)
+        yield {"plain": started[0][1], "replay": started[1][1]}
+    finally:
+        for process, _ in started:
+            stop_server(process)
+
+
+@pytest.fixture(scope="module")
+def server(servers):
+    return servers["plain"]
 
 
 def open_page(browser, url: str):
-    from playwright.sync_api import expect
-
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     expect.set_options(timeout=TIMEOUT_MS)
     page.goto(url + "/")
-    page.wait_for_selector("#policy-a option")  # /api/info answered and the selects are filled
+    page.wait_for_selector("#policy-a option", state="attached")  # /api/info answered and the selects are filled
     return page
 
 
@@ -79,18 +111,14 @@ def load(page, policy_a: str, seed, split: str = "holdout", policy_b: str = "non
 
 def shown_return(page, side: str) -> float:
     """The return the panel shows at its last step: its full value (data-return) and its text agree."""
-    from playwright.sync_api import expect
-
     box = page.locator(f"#return-{side}")
-    expect(box).to_have_attribute("data-return", r"\S+")
+    expect(box).to_have_attribute("data-return", re.compile(r"\S"))
     value = float(box.get_attribute("data-return"))
     assert f"episode return {value:.4f}" in box.inner_text()
     return value
 
 
 def test_overview_shows_model_gate_and_charts(browser, server, tmp_path):
-    from playwright.sync_api import expect
-
     page = open_page(browser, server)
     expect(page.locator("#model-status")).to_contain_text("20261123-141137-cpu-smoke")
     expect(page.locator("#model-status")).to_contain_text("replay.jsonl does not exist")  # no replay in this run
@@ -109,8 +137,6 @@ def test_overview_shows_model_gate_and_charts(browser, server, tmp_path):
 
 
 def test_step_through_an_episode(browser, server, tmp_path):
-    from playwright.sync_api import expect
-
     expected = api(server, "/api/episode", policy="heuristic", split="holdout", seed=3)
     n = len(expected["steps"])
     assert n > 1
@@ -122,9 +148,12 @@ def test_step_through_an_episode(browser, server, tmp_path):
     expect(page.locator("#prev")).to_be_disabled()
     expect(page.locator("#cands-a tbody tr")).to_have_count(len(expected["steps"][0]["candidates"]))
     expect(page.locator("#cands-a tr.chosen")).to_have_count(1)
-    expect(page.locator("#chosen-a")).to_contain_text(expected["steps"][0]["chosen"])
+    first = expected["steps"][0]
+    chosen_id = next(c["id"] for c in first["candidates"] if c["text"] == first["chosen"])
+    expect(page.locator("#chosen-a")).to_contain_text(f"chosen: {chosen_id} — {first['chosen']}")
+    expect(page.locator("#cands-a tr.chosen")).to_contain_text(chosen_id)
     expect(page.locator("#return-a")).to_be_hidden()  # the return shows at the last step only
-    page.screenshot(path=tmp_path / "episode_step1.png", full_page=True)
+    page.locator("#episode").screenshot(path=tmp_path / "episode_step1.png")
 
     first_observation = page.inner_text("#obs-a")
     page.click("#next")
@@ -138,7 +167,7 @@ def test_step_through_an_episode(browser, server, tmp_path):
     assert shown_return(page, "a") == expected["episode_return"]
     expect(page.locator("#return-a")).to_contain_text(f"end reason: {expected['end_reason']}")
     expect(page.locator("#panel-a .components")).to_contain_text("safety")  # the terminal reward components
-    page.screenshot(path=tmp_path / "episode_end.png", full_page=True)
+    page.locator("#episode").screenshot(path=tmp_path / "episode_end.png")
 
     page.click("#prev")
     expect(page.locator("#step-counter")).to_have_text(f"step {n - 1} of {n}")
@@ -147,8 +176,6 @@ def test_step_through_an_episode(browser, server, tmp_path):
 
 
 def test_compare_two_policies_on_one_seed(browser, server, tmp_path):
-    from playwright.sync_api import expect
-
     a = api(server, "/api/episode", policy="heuristic", split="holdout", seed=3)
     b = api(server, "/api/episode", policy="oracle", split="holdout", seed=3)
     n = max(len(a["steps"]), len(b["steps"]))
@@ -167,86 +194,65 @@ def test_compare_two_policies_on_one_seed(browser, server, tmp_path):
     assert shown_return(page, "b") == b["episode_return"]
     shorter = "a" if len(a["steps"]) < len(b["steps"]) else "b"
     expect(page.locator(f"#panel-{shorter} .ended")).to_contain_text("ended")
-    page.screenshot(path=tmp_path / "compare.png", full_page=True)
+    page.locator("#episode").screenshot(path=tmp_path / "compare.png")
+
+    page.reload()  # the address keeps the query: the same comparison loads again
+    expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
+    expect(page.locator("#policy-b")).to_have_value("oracle")
+    expect(page.locator("#obs-b")).to_contain_text("Patient:")
     page.close()
 
 
-@pytest.mark.parametrize("seed", [-1, 5000000])
-def test_a_bad_seed_is_an_error_and_the_page_keeps_working(browser, server, tmp_path, seed):
-    from playwright.sync_api import expect
-
+def test_a_bad_seed_is_an_error_and_the_page_keeps_working(browser, server, tmp_path):
     page = open_page(browser, server)
-    load(page, "heuristic", seed)
-    expect(page.locator("#error")).to_be_visible()
-    expect(page.locator("#error")).to_contain_text("seed")
-    expect(page.locator("#panel-a")).to_be_hidden()
-    page.screenshot(path=tmp_path / "bad_seed.png", full_page=True)
+    for seed in (-1, 5000000):
+        load(page, "heuristic", seed)
+        expect(page.locator("#error")).to_be_visible()
+        expect(page.locator("#error")).to_contain_text(f"seed must be an int in [0, 1000000), got {seed}")
+        expect(page.locator("#panel-a")).to_be_hidden()
+        expect(page.locator("#step-counter")).to_have_text("no episode")
+        page.screenshot(path=tmp_path / f"bad_seed_{seed}.png")  # the viewport: the error box stays in view
 
-    load(page, "heuristic", 3)
-    expect(page.locator("#step-counter")).to_have_text("step 1 of ", timeout=TIMEOUT_MS)
-    expect(page.locator("#error")).to_be_hidden()
-    expect(page.locator("#obs-a")).to_contain_text("Patient:")
+        load(page, "heuristic", 3)
+        expect(page.locator("#step-counter")).to_have_text(re.compile(r"^step 1 of \d+$"))
+        expect(page.locator("#error")).to_be_hidden()
+        expect(page.locator("#obs-a")).to_contain_text("Patient:")
+        page.click("#next")
+        expect(page.locator("#step-counter")).to_have_text(re.compile(r"^step 2 of \d+$"))
     page.close()
 
 
-def teacher_answers(seed: int, split: str = "holdout") -> list[str]:
-    """The teacher's answers for one episode: a replay that matches a real policy's actions step for step."""
-    spec = get_spec("polyguard")
-    env, policy = spec.make_env(), spec.make_policy(spec.teacher)
-    observation = env.reset(seed, split)
-    policy.begin(seed)
-    answers = []
-    while True:
-        answers.append(policy.act(observation, env))
-        result = env.step(answers[-1])
-        observation = result.observation
-        if result.done:
-            return answers
+def test_replayed_policy_and_its_miss_badge(browser, servers, tmp_path):
+    url = servers["replay"]
+    assert "grpo" in api(url, "/api/info")["policies"]
+    page = open_page(browser, url)
+    expect(page.locator("#policy-a option[value=grpo]")).to_have_count(1)
+    expect(page.locator("#model-status")).to_contain_text("1 episode")
+    expect(page.locator("#model-status")).not_to_contain_text("replay error")
 
+    held = api(url, "/api/episode", policy="grpo", split="holdout", seed=3)  # the replay holds every step
+    assert held["replay_misses"] == 0
+    n = len(held["steps"])
+    load(page, "grpo", 3)
+    for k in range(1, n + 1):
+        expect(page.locator("#step-counter")).to_have_text(f"step {k} of {n}")
+        expect(page.locator("#panel-a .badge.miss")).to_have_count(0)
+        if k < n:
+            page.click("#next")
+    assert shown_return(page, "a") == held["episode_return"]
+    page.locator("#episode").screenshot(path=tmp_path / "replay_held.png")
 
-def test_replayed_policy_and_its_miss_badge(browser, tmp_path):
-    from playwright.sync_api import expect
-
-    run = tmp_path / RUN.name
-    shutil.copytree(RUN, run)
-    lines = [
-        {"env": "polyguard", "split": "holdout", "seed": 3, "step": k, "action": answer}
-        | {"artifact": {"path": "x", "sha256": "y"}}
-        for k, answer in enumerate(teacher_answers(3), 1)
-    ]
-    (run / "replay.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-    with served("polyguard", run_dir=run) as url:
-        assert "grpo" in api(url, "/api/info")["policies"]
-        page = open_page(browser, url)
-        expect(page.locator("#model-status")).to_contain_text("1 episode")
-        expect(page.locator("#model-status")).not_to_contain_text("replay error")
-
-        held = api(url, "/api/episode", policy="grpo", split="holdout", seed=3)
-        assert held["replay_misses"] == 0
-        load(page, "grpo", 3)
-        n = len(held["steps"])
-        expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
-        for k in range(1, n + 1):
-            expect(page.locator("#step-counter")).to_have_text(f"step {k} of {n}")
-            expect(page.locator("#panel-a .badge.miss")).to_have_count(0)
-            if k < n:
-                page.click("#next")
-        assert shown_return(page, "a") == held["episode_return"]
-        page.screenshot(path=tmp_path / "replay_held.png", full_page=True)
-
-        missed = api(url, "/api/episode", policy="grpo", split="holdout", seed=4)
-        n = len(missed["steps"])
-        assert missed["replay_misses"] == n
-        load(page, "grpo", 4)
-        expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
-        for k in range(1, n + 1):
-            expect(page.locator("#step-counter")).to_have_text(f"step {k} of {n}")
-            expect(page.locator("#panel-a .badge.miss")).to_have_text("replay miss: teacher acted")
-            if k == 1:
-                page.screenshot(path=tmp_path / "replay_miss.png", full_page=True)
-            if k < n:
-                page.click("#next")
-        assert shown_return(page, "a") == missed["episode_return"]
-        expect(page.locator("#return-a")).to_contain_text(f"replay misses: {n} of {n} steps")
-        page.close()
+    missed = api(url, "/api/episode", policy="grpo", split="holdout", seed=4)  # the replay holds none of it
+    n = len(missed["steps"])
+    assert missed["replay_misses"] == n
+    load(page, "grpo", 4)
+    for k in range(1, n + 1):
+        expect(page.locator("#step-counter")).to_have_text(f"step {k} of {n}")
+        expect(page.locator("#panel-a .badge.miss")).to_have_text("replay miss: teacher acted")
+        if k == 1:
+            page.locator("#episode").screenshot(path=tmp_path / "replay_miss.png")
+        if k < n:
+            page.click("#next")
+    assert shown_return(page, "a") == missed["episode_return"]
+    expect(page.locator("#return-a")).to_contain_text(f"replay misses: {n} of {n} steps")
+    page.close()

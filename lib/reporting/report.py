@@ -140,7 +140,8 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         "",
         f"Gate: **{'passed' if verdict['passed'] else 'failed'}** "
         f"(integrity checks {'passed' if verdict['integrity_passed'] else 'FAILED'}). "
-        f"Backends: SFT `{report['backends']['sft']}`, GRPO `{report['backends']['grpo']}`. "
+        f"Backends: SFT `{report['backends']['sft']}`, GRPO `{report['backends']['grpo']}`; GRPO mode "
+        f"`{manifest['config']['grpo'].get('mode', 'step')}`. "
         f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
         "",
         "## Gate checks",

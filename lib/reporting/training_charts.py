@@ -39,23 +39,33 @@ def grpo_reward(run_dir: Path) -> Figure:
 
 
 def exploration(run_dir: Path) -> Figure:
-    """Per GRPO step: how often some sample beat the teacher's own action at its state, by how much the best
-    sample beat it, and (when GRPO samples over the candidates) the policy's entropy over the candidate set and its
-    probability of the best candidate (lib/training/explore.py, lib/training/rollout.py)."""
-    rows = _rows(run_dir, GRPO_LOG, lambda r: "explore/beats_reference" in r, "line with 'explore/beats_reference'")
+    """Per GRPO step. Step mode: how often some sample beat the teacher's own action at its state, by how much the
+    best sample beat it, and (sampling over the candidates) the policy's entropy over the candidate set and its
+    probability of the best candidate (lib/training/explore.py, lib/training/rollout.py). Multi-turn mode: the
+    length and mean return of the episodes the policy played, and its entropy at the trained turns
+    (lib/training/multiturn.py)."""
     panels = [
         ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
         ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
+        ("multi_turn/return_mean", "Return of the episodes played", "mean return"),
+        ("multi_turn/episode_len", "Length of the episodes played", "turns"),
         ("explore/candidate_entropy", "Entropy over the candidate set", "nats"),
         ("explore/p_best", "Probability of the best candidate", "probability"),
     ]
+    rows = _rows(
+        run_dir,
+        GRPO_LOG,
+        lambda r: any(key in r for key, _, _ in panels),
+        "line with 'explore/*' or 'multi_turn/*' metrics",
+    )
     panels = [panel for panel in panels if any(panel[0] in r for r in rows)]
     figure, axes = _figure(ncols=len(panels), width=4.5)
     for ax, (key, title, ylabel) in zip(axes, panels):
         kept = [r for r in rows if key in r]
         ax.plot([r["step"] for r in kept], [r[key] for r in kept], marker="o" if len(kept) < 40 else None)
         ax.set(title=title, xlabel="training step", ylabel=ylabel)
-    axes[1].axhline(0, color="grey", linewidth=0.8)
+        if key == "explore/best_minus_reference":
+            ax.axhline(0, color="grey", linewidth=0.8)
     return figure
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from pathlib import Path
 
 import torch
 
@@ -92,13 +93,36 @@ def multi_turn_rollout(target: dict, rows: list[dict], group_size: int, temperat
             "completion_ids": [answer_ids(tokenizer, a) for a in row_answers],
             "logprobs": None,
             "episode_return": returns,
+            # every answer of each episode: what reproduces the return offline (tests/test_multiturn.py)
+            "episode_answers": [[t["answer"] for t in e["turns"]] for e in episodes],
+            "episode_seed": [e["seed"] for e in episodes],
             "rollout_metrics": metrics,
         }
 
     return rollout
 
 
-def episode_reward(completions, episode_return, log_metric=None, **_) -> list[float]:
-    """The reward of `grpo.mode: multi_turn`: the return of the episode each sampled turn belongs to, as the
-    served environment reported it (the same `episode_return` evaluation reads)."""
-    return [float(r) for r in episode_return]
+def make_episode_reward(samples_path: Path | None = None, sample_completions: int = 0):
+    """The reward of `grpo.mode: multi_turn`: the return of the episode each sampled turn belongs to, as the served
+    environment reported it (the same `episode_return` evaluation reads). The first `sample_completions` of every
+    step go to `samples_path` (grpo/samples.jsonl) with their episode's seed and length, as in step mode."""
+
+    def episode_reward(completions, episode_return, episode_seed=None, episode_answers=None, **_) -> list[float]:
+        rewards = [float(r) for r in episode_return]
+        if samples_path is not None and sample_completions:
+            with Path(samples_path).open("a", encoding="utf-8") as handle:
+                for index, (completion, reward) in enumerate(list(zip(completions, rewards))[:sample_completions]):
+                    handle.write(
+                        json.dumps(
+                            {
+                                "completion": completion[-1]["content"] if isinstance(completion, list) else completion,
+                                "reward": reward,
+                                "seed": episode_seed[index] if episode_seed else None,
+                                "episode_turns": len(episode_answers[index]) if episode_answers else None,
+                            }
+                        )
+                        + "\n"
+                    )
+        return rewards
+
+    return episode_reward

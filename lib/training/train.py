@@ -266,14 +266,14 @@ def _explore_summary(history: list[dict]) -> dict:
     return summary
 
 
-def _sampler(config: RunConfig, rows: list[dict], tokenizer) -> dict:
+def _sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
     """What GRPO samples from, by `grpo.mode`: the dataset, TRL's `rollout_func` (None: TRL generates free text),
     the reward (None: the step-mode environment reward) and, in multi_turn mode, `serve(stack)`, which returns the
     served environment's url: `grpo.env_url`, or a server it starts on localhost into `stack` (stopped with it)."""
     g = config.grpo
     if g.mode == "multi_turn":
         from ..serve.launch import served
-        from .multiturn import episode_reward, episode_starts, multi_turn_rollout
+        from .multiturn import episode_starts, make_episode_reward, multi_turn_rollout
 
         target = {"url": g.env_url}
 
@@ -286,7 +286,7 @@ def _sampler(config: RunConfig, rows: list[dict], tokenizer) -> dict:
         return {
             "dataset": Dataset.from_list(starts),
             "rollout": multi_turn_rollout(target, starts, g.num_generations, g.temperature, config.seed, g.max_turns),
-            "reward": episode_reward,
+            "reward": make_episode_reward(out / "samples.jsonl", g.sample_completions),
             "serve": serve,
         }
     rollout = None
@@ -351,7 +351,7 @@ def train_grpo(
 
     rows = read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"])
     g = config.grpo
-    sampler = _sampler(config, rows, tokenizer)
+    sampler = _sampler(config, rows, tokenizer, out)
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
         max_steps=g.max_steps,

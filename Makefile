@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-fast run baselines bench-train clean
+.PHONY: setup browser test test-fast run serve baselines bench-train clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,13 +19,17 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject
 
 setup: $(STAMP)
 
-test: $(STAMP)
+# Debian's chromium, which the dashboard test drives through Playwright (Playwright's own browser download is not used).
+browser:
+	command -v chromium >/dev/null || ($$(test $$(id -u) -eq 0 || echo sudo) apt-get update -qq && $$(test $$(id -u) -eq 0 || echo sudo) apt-get install -y -qq chromium)
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check --quiet .
 	$(PY) -m pytest -q
 
 # The fast tier (under 2 minutes on 2 cores): lint and every test not marked slow (no training, no pipeline run).
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check --quiet .
 	$(PY) -m pytest -q -m "not slow"
@@ -33,6 +37,11 @@ test-fast: $(STAMP)
 # The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.
 run: $(STAMP)
 	$(PY) -m lib run --profile $(or $(PROFILE),cpu-smoke)
+
+# One environment's OpenEnv server and dashboard on http://127.0.0.1:$(PORT)/ (RUN=outputs/ID adds that run's charts,
+# gate verdict and replay).
+serve: $(STAMP)
+	$(PY) -m lib serve --env $(or $(ENV),polyguard) --port $(or $(PORT),8000) $(if $(RUN),--run-dir $(RUN))
 
 baselines: $(STAMP)
 	$(PY) -m lib baselines --env $(or $(ENV),polyguard) --split holdout --episodes 500 --seed 0 --out outputs/baselines_$(or $(ENV),polyguard)_holdout.json

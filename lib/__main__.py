@@ -74,6 +74,20 @@ def _bench_train(args) -> int:
     return 0
 
 
+def _bench_serve(args) -> int:
+    """Load benchmark of a fresh localhost server (lib/bench/bench_serve.py); non-zero on any error."""
+    import json
+
+    from .bench.bench_serve import bench_serve
+    from .io import atomic_write_json
+
+    result = bench_serve(args.env, clients=args.clients, seconds=args.seconds)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
+    return 0 if result["server_errors"] == 0 and result["crashed_sessions"] == 0 else 1
+
+
 def _bench_gpu(args) -> int:
     """Where a profile's time goes on this machine's accelerator (lib/bench/bench_gpu.py); writes one JSON."""
     from .bench.bench_gpu import run_bench
@@ -357,6 +371,12 @@ def main(argv=None) -> int:
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_train)
+    b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
+    b.add_argument("--env", required=True, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
+    b.add_argument("--clients", type=int, default=32)
+    b.add_argument("--seconds", type=float, default=20.0)
+    b.add_argument("--out", type=Path, default=None)
+    b.set_defaults(func=_bench_serve)
     g = verbs.add_parser("gate", help="re-check a finished run; exits non-zero listing every failed check")
     g.add_argument("run_dir", type=Path)
     g.set_defaults(func=_gate)

@@ -77,8 +77,10 @@ def servers(tmp_path_factory):
     replay_run = tmp_path_factory.mktemp("replay") / RUN.name
     shutil.copytree(RUN, replay_run)
     write_replay(replay_run)
-    started = [start_server("polyguard", run_dir) for run_dir in (RUN, replay_run)]
+    started = []
     try:
+        for run_dir in (RUN, replay_run):
+            started.append(start_server("polyguard", run_dir))
         for process, url in started:
             wait_healthy(process, url)
         yield {"plain": started[0][1], "replay": started[1][1]}
@@ -92,13 +94,25 @@ def server(servers):
     return servers["plain"]
 
 
-def open_page(browser, url: str):
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.set_default_timeout(TIMEOUT_MS)
-    expect.set_options(timeout=TIMEOUT_MS)
-    page.goto(url + "/")
-    page.wait_for_selector("#policy-a option", state="attached")  # /api/info answered and the selects are filled
-    return page
+@pytest.fixture
+def open_page(browser):
+    """Opens the dashboard of a server in a fresh page; afterwards, the page must have raised no JavaScript error."""
+    pages, errors = [], []
+
+    def opener(url: str):
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.set_default_timeout(TIMEOUT_MS)
+        expect.set_options(timeout=TIMEOUT_MS)
+        page.goto(url + "/")
+        page.wait_for_selector("#policy-a option", state="attached")  # /api/info answered, the selects are filled
+        pages.append(page)
+        return page
+
+    yield opener
+    for page in pages:
+        page.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def load(page, policy_a: str, seed, split: str = "holdout", policy_b: str = "none") -> None:
@@ -118,8 +132,8 @@ def shown_return(page, side: str) -> float:
     return value
 
 
-def test_overview_shows_model_gate_and_charts(browser, server, tmp_path):
-    page = open_page(browser, server)
+def test_overview_shows_model_gate_and_charts(open_page, server, tmp_path):
+    page = open_page(server)
     expect(page.locator("#model-status")).to_contain_text("20261123-141137-cpu-smoke")
     expect(page.locator("#model-status")).to_contain_text("replay.jsonl does not exist")  # no replay in this run
     gate = json.loads((RUN / "gate.json").read_text())
@@ -133,14 +147,13 @@ def test_overview_shows_model_gate_and_charts(browser, server, tmp_path):
     assert page.locator("#charts img").count() == len(list((RUN / "charts").glob("*.png")))
     expect(page.locator("#error")).to_be_hidden()
     page.screenshot(path=tmp_path / "overview.png", full_page=True)
-    page.close()
 
 
-def test_step_through_an_episode(browser, server, tmp_path):
+def test_step_through_an_episode(open_page, server, tmp_path):
     expected = api(server, "/api/episode", policy="heuristic", split="holdout", seed=3)
     n = len(expected["steps"])
     assert n > 1
-    page = open_page(browser, server)
+    page = open_page(server)
     load(page, "heuristic", 3)
     expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
     expect(page.locator("#obs-a")).to_contain_text("Patient:")
@@ -172,15 +185,20 @@ def test_step_through_an_episode(browser, server, tmp_path):
     page.click("#prev")
     expect(page.locator("#step-counter")).to_have_text(f"step {n - 1} of {n}")
     expect(page.locator("#return-a")).to_be_hidden()
-    page.close()
+    page.keyboard.press("Home")  # the keys step too (focus is on a button, not a field)
+    expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#step-counter")).to_have_text(f"step 2 of {n}")
+    page.keyboard.press("End")
+    expect(page.locator("#step-counter")).to_have_text(f"step {n} of {n}")
 
 
-def test_compare_two_policies_on_one_seed(browser, server, tmp_path):
+def test_compare_two_policies_on_one_seed(open_page, server, tmp_path):
     a = api(server, "/api/episode", policy="heuristic", split="holdout", seed=3)
     b = api(server, "/api/episode", policy="oracle", split="holdout", seed=3)
     n = max(len(a["steps"]), len(b["steps"]))
     assert len(a["steps"]) != len(b["steps"])  # so one panel shows that its episode ended
-    page = open_page(browser, server)
+    page = open_page(server)
     load(page, "heuristic", 3, policy_b="oracle")
     expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
     for side in "ab":
@@ -200,11 +218,10 @@ def test_compare_two_policies_on_one_seed(browser, server, tmp_path):
     expect(page.locator("#step-counter")).to_have_text(f"step 1 of {n}")
     expect(page.locator("#policy-b")).to_have_value("oracle")
     expect(page.locator("#obs-b")).to_contain_text("Patient:")
-    page.close()
 
 
-def test_a_bad_seed_is_an_error_and_the_page_keeps_working(browser, server, tmp_path):
-    page = open_page(browser, server)
+def test_a_bad_seed_is_an_error_and_the_page_keeps_working(open_page, server, tmp_path):
+    page = open_page(server)
     for seed in (-1, 5000000):
         load(page, "heuristic", seed)
         expect(page.locator("#error")).to_be_visible()
@@ -219,13 +236,12 @@ def test_a_bad_seed_is_an_error_and_the_page_keeps_working(browser, server, tmp_
         expect(page.locator("#obs-a")).to_contain_text("Patient:")
         page.click("#next")
         expect(page.locator("#step-counter")).to_have_text(re.compile(r"^step 2 of \d+$"))
-    page.close()
 
 
-def test_replayed_policy_and_its_miss_badge(browser, servers, tmp_path):
+def test_replayed_policy_and_its_miss_badge(open_page, servers, tmp_path):
     url = servers["replay"]
     assert "grpo" in api(url, "/api/info")["policies"]
-    page = open_page(browser, url)
+    page = open_page(url)
     expect(page.locator("#policy-a option[value=grpo]")).to_have_count(1)
     expect(page.locator("#model-status")).to_contain_text("1 episode")
     expect(page.locator("#model-status")).not_to_contain_text("replay error")
@@ -255,4 +271,3 @@ def test_replayed_policy_and_its_miss_badge(browser, servers, tmp_path):
             page.click("#next")
     assert shown_return(page, "a") == missed["episode_return"]
     expect(page.locator("#return-a")).to_contain_text(f"replay misses: {n} of {n} steps")
-    page.close()

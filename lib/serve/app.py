@@ -26,10 +26,11 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 
 from ..envs import get_spec
+from ..envs.base import SPLITS, Action, parse_action, split_seed
 from ..io import read_json
 from .replay import REPLAY_FILE, REPLAYED, ReplayError, load
 from .served import BadRequestError, ServedEnvironment, ServeError, Sessions, UnknownSessionError
-from .wire import MAX_WIRE_ACTION_CHARS, WorkbookAction, WorkbookObservation, candidates_payload, check_split, json_safe
+from .wire import MAX_WIRE_ACTION_CHARS, WorkbookAction, WorkbookObservation, candidates_payload, json_safe
 
 DASHBOARD = Path(__file__).with_name("dashboard.html")
 MAX_BODY = 64 * 1024  # bytes; every request body and WebSocket message above it is refused
@@ -112,6 +113,7 @@ def _trace(env_name: str, policy, split: str, seed: int) -> dict:
         offered = candidates_payload(observation)
         prompt = env.render(observation)
         answer = policy.act(observation, env)
+        parsed = parse_action(answer, observation.candidates)
         result = env.step(answer)
         steps.append(
             {
@@ -120,6 +122,7 @@ def _trace(env_name: str, policy, split: str, seed: int) -> dict:
                 "candidates": offered,
                 "answer": answer,
                 "chosen": result.info.get("action"),
+                "chosen_id": parsed.candidate.id if isinstance(parsed, Action) else None,
                 "reward": result.reward,
                 "components": result.components,
                 "info": json_safe(result.info),
@@ -136,6 +139,7 @@ def _trace(env_name: str, policy, split: str, seed: int) -> dict:
         "seed": seed,
         "policy": policy.name if hasattr(policy, "name") else str(policy),
         "steps": steps,
+        "truncated": not (steps and steps[-1]["info"].get("end_reason")),  # cut off at MAX_TRACE_STEPS
         "episode_return": final.get("episode_return"),
         "end_reason": final.get("end_reason"),
         "replay_misses": sum(s["replay_miss"] for s in steps),
@@ -210,7 +214,7 @@ def build_app(env_name: str, run_dir: str | Path | None = None, *, max_sessions:
     def info():
         return {
             "env": env_name,
-            "splits": ["holdout", "holdout_novel", "train"],
+            "splits": [split for split in ("holdout", "holdout_novel", "train") if split in SPLITS],
             "policies": policies,
             "roles": dict(spec.roles),
             "teacher": spec.teacher,
@@ -221,8 +225,7 @@ def build_app(env_name: str, run_dir: str | Path | None = None, *, max_sessions:
     @app.get("/api/episode", tags=["Dashboard"])
     def episode(policy: str, seed: int, split: str = "holdout"):
         try:
-            check_split(split)
-            get_spec(env_name).make_env().reset(seed, split)  # validates the seed
+            split_seed(seed, split)  # the seed and split an environment would accept
         except ValueError as error:
             raise BadRequestError(str(error)) from None
         trace = _trace(env_name, make_policy(policy), split, seed)

@@ -1,9 +1,8 @@
-"""The serving verbs of `python -m lib`: `serve`, `replay record` and `bench-serve` (registered by lib/__main__.py;
-heavy imports happen only when a verb runs)."""
+"""The serving verbs of `python -m lib`: `serve` and `replay record` (registered by lib/__main__.py; heavy imports
+happen only when a verb runs). The load benchmark `bench-serve` lives with the other benchmarks (lib/bench)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -27,17 +26,6 @@ def _replay(args) -> int:
     return 0
 
 
-def _bench_serve(args) -> int:
-    from ..bench.bench_serve import bench_serve
-    from ..io import atomic_write_json
-
-    result = bench_serve(args.env, clients=args.clients, seconds=args.seconds)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        atomic_write_json(args.out, result)
-    return 0 if result["server_errors"] == 0 and result["crashed_sessions"] == 0 else 1
-
-
 def add_serve_verbs(verbs, env_help: str) -> None:
     s = verbs.add_parser("serve", help="serve one environment over OpenEnv (HTTP + WebSocket) with its dashboard")
     s.add_argument("--env", required=True, help=env_help)
@@ -51,9 +39,3 @@ def add_serve_verbs(verbs, env_help: str) -> None:
     r.add_argument("action", choices=["record"])
     r.add_argument("--run-dir", type=Path, required=True)
     r.set_defaults(func=_replay)
-    b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
-    b.add_argument("--env", default="polyguard", help=env_help)
-    b.add_argument("--clients", type=int, default=32)
-    b.add_argument("--seconds", type=float, default=20.0)
-    b.add_argument("--out", type=Path, default=None)
-    b.set_defaults(func=_bench_serve)

@@ -46,9 +46,14 @@ class WorkbookClient(EnvClient[WorkbookAction, WorkbookObservation, WorkbookStat
             raise ServerLostError(f"lost the environment server at {self._ws_url}: {error}") from error
         except Exception as error:  # websockets' ConnectionClosed* and their kin
             if type(error).__name__.startswith("ConnectionClosed"):
+                received = getattr(error, "rcvd", None)
+                why = (
+                    "a message over the server's size limit"
+                    if getattr(received, "code", None) == 1009
+                    else "the server was killed or restarted?"
+                )
                 raise ServerLostError(
-                    f"the environment server at {self._ws_url} closed the session mid-episode "
-                    f"(killed or restarted?): {error}"
+                    f"the environment server at {self._ws_url} closed the session mid-episode ({why}): {error}"
                 ) from error
             raise
 

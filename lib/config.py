@@ -261,6 +261,12 @@ class RunConfig(Strict):
     seed: int = 0
     deterministic: bool = True
     output_root: str = "outputs"
+    tracking: Literal["none", "tensorboard", "trackio"] = Field(
+        "none",
+        description="experiment tracking, passed to TRL's report_to for the sft and grpo stages: none; tensorboard "
+        "(event files under <run>/<stage>/trainer/runs/, `tensorboard --logdir outputs/ID`); trackio (a local "
+        "dashboard, `trackio show`; never a Space: nothing leaves the machine). Each needs its package installed",
+    )
     corpus: CorpusConfig
     model: ModelConfig
     sft: SFTStageConfig

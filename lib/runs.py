@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .config import RunConfig
+from .distributed import is_main, world_size
 from .io import atomic_write_json
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "tokenizers", "papermill", "unsloth")
@@ -159,6 +160,10 @@ class Run:
         self.config = config
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
+        if not manifest and not is_main():
+            raise FileNotFoundError(
+                f"{self.dir} has no manifest.json: under accelerate/torchrun, run the corpus stage first (one process)"
+            )
         if not manifest:
             manifest = {
                 "run_id": self.dir.name,
@@ -181,6 +186,8 @@ class Run:
         return read_json_record(self.dir / "manifest.json", "the run's manifest")
 
     def update_manifest(self, **fields) -> None:
+        if not is_main():  # rank 0 alone writes the run's files (lib/distributed.py)
+            return
         manifest = self.manifest()
         manifest.update(fields)
         atomic_write_json(self.dir / "manifest.json", manifest)
@@ -191,6 +198,8 @@ class Run:
         return path
 
     def log(self, event: str, **fields) -> None:
+        if not is_main():
+            return
         record = {"time": now(), "event": event, **fields}
         with (self.dir / "run_log.jsonl").open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -226,13 +235,22 @@ class Run:
             "duration_s": round(time.time() - started, 2),
             "finished": now(),
         }
+        if not is_main():
+            return resolve_run_paths(record, self.dir)
         atomic_write_json(self.stage_dir(stage) / "stage.json", record)
         manifest = self.manifest()
-        manifest["stages"][stage] = {"status": status, "duration_s": record["duration_s"]}
+        # world_size: the processes that ran the stage (more than 1 under accelerate launch / torchrun)
+        manifest["stages"][stage] = {"status": status, "duration_s": record["duration_s"], "world_size": world_size()}
         manifest["ended"] = now()
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
         return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
+
+
+# Config keys removed since older runs were made, with the one value that meant what the code now does: a manifest
+# holding that value reads as today's config; any other value still fails (that run did something the code no
+# longer can). corpus.extras and its cache folder: removed in b2c7137 (nothing consumed the extras; [] meant none).
+RETIRED_KEYS = {("corpus", "extras"): [], ("corpus", "extras_cache_dir"): "outputs/.extras_cache"}
 
 
 def manifest_config(manifest: dict, path: Path) -> RunConfig:
@@ -241,8 +259,12 @@ def manifest_config(manifest: dict, path: Path) -> RunConfig:
 
     if "config" not in manifest:
         raise DamagedRunError(f"{path}: no 'config' recorded (damaged manifest)")
+    recorded = json.loads(json.dumps(manifest["config"]))
+    for (section, key), retired_value in RETIRED_KEYS.items():
+        if recorded.get(section, {}).get(key, retired_value) == retired_value:
+            recorded.get(section, {}).pop(key, None)
     try:
-        return RunConfig.model_validate(manifest["config"])
+        return RunConfig.model_validate(recorded)
     except ValidationError as error:
         raise DamagedRunError(
             f"{path}: the recorded config does not validate: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}"

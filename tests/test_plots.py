@@ -135,7 +135,9 @@ def run_dir(tmp_path_factory):
 def test_every_chart_draws_and_saves_a_png(run_dir):
     charts = plots.draw_all(run_dir)
     assert [c.name for c in charts] == list(plots.CHARTS)
-    for chart in charts:
+    # an optional chart (the checkpoint sweep) is drawn only when its command has run; this fixture has not run it
+    assert {c.name for c in charts if c.missing} == set(plots.OPTIONAL_CHARTS)
+    for chart in (c for c in charts if c.name not in plots.OPTIONAL_CHARTS):
         assert chart.figure is not None and not chart.missing, chart.message
         assert chart.path == run_dir / "charts" / f"{chart.name}.png"
         assert chart.path.read_bytes().startswith(b"\x89PNG"), chart.name

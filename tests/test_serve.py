@@ -545,3 +545,23 @@ def test_an_oversized_websocket_message_closes_only_its_own_connection(server):
         await other.close()
 
     asyncio.run(oversized_then_fresh())
+
+
+def test_play_served_works_inside_a_running_event_loop(server):
+    """A notebook kernel runs an event loop: the grpo stage's multi-turn sampler is called from inside one."""
+    import asyncio
+
+    env_name = "polyguard"
+    expected = local_return(env_name, 3, "holdout")
+    local = Local(env_name, 3, "holdout")
+
+    def act(observations):
+        answer = local.answer()
+        local.step(answer)
+        return [answer]
+
+    async def inside_a_loop():
+        return play_served(server(env_name), [(3, "holdout")], act)
+
+    (episode,) = asyncio.run(inside_a_loop())
+    assert episode["done"] and episode["episode_return"] == expected

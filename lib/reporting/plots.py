@@ -31,6 +31,7 @@ from .figures import (  # noqa: F401 (the input file names are re-exported: test
     _read,
     _rows,
 )
+from .sweep import SWEEP, sweep_chart
 from .training_charts import exploration, grpo_reward, sft_loss, validation_curve
 
 
@@ -257,7 +258,9 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "anti_cheat": (anti_cheat, (ANTI_HACKING,)),
     "postsave": (postsave, (POSTSAVE,)),
     "ablations": (ablations, (EVAL,)),
+    "sweep": (sweep_chart, (SWEEP,)),  # only after `python -m lib sweep` (lib/reporting/sweep.py)
 }
+OPTIONAL_CHARTS = ("sweep",)  # drawn only when a command run after the stages wrote their input
 
 
 @dataclass

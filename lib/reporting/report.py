@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..io import atomic_write_text
 from ..runs import read_json_record
+from .sweep import SWEEP, read_sweep, sweep_table
 
 
 def _ci(values) -> str:
@@ -178,11 +179,28 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         "",
         stages.to_markdown(index=False),
         "",
-        "## Charts",
-        "",
     ]
+    if (run_dir / SWEEP).is_file():  # written by `python -m lib sweep` after training, when checkpoints were saved
+        sweep = read_sweep(run_dir)
+        parts += [
+            "## Checkpoint sweep",
+            "",
+            f"SFT (step 0) and every GRPO checkpoint played greedily on the same {len(sweep['seeds'])} "
+            f"{sweep['split']} seeds ({sweep['reference']['role']} {sweep['reference']['policy']}: "
+            f"{sweep['reference']['mean_return']:.3f} {_ci(sweep['reference']['ci95'])}; the run kept step "
+            f"{sweep['kept_step']}).",
+            "",
+            sweep_table(run_dir).to_markdown(index=False),
+            "",
+        ]
+    parts += ["## Charts", ""]
+    from .plots import OPTIONAL_CHARTS
+
     for chart in charts:
-        parts.append(f"![{chart.name}](charts/{chart.name}.png)" if chart.path else f"- {chart.message}")
+        if chart.path:
+            parts.append(f"![{chart.name}](charts/{chart.name}.png)")
+        elif chart.name not in OPTIONAL_CHARTS:  # an optional chart's absence is not news
+            parts.append(f"- {chart.message}")
     path = run_dir / "report.md"
     atomic_write_text(path, "\n".join(parts) + "\n")
     return path

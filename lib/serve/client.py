@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from openenv.core import EnvClient
 from openenv.core.client_types import StepResult
@@ -91,4 +92,10 @@ def play_served(url: str, starts: list[tuple[int, str]], act: Actor, max_turns: 
     """Play one episode per (seed, split) in `starts` against the server at `url`, all at once (one session each);
     every turn `act` answers every live episode. Returns each episode's turns (observation, answer, reward), `done`
     and `episode_return` (None for an episode cut off at `max_turns`)."""
-    return asyncio.run(_play(url, starts, act, max_turns))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: the usual case
+        return asyncio.run(_play(url, starts, act, max_turns))
+    # called from inside a running event loop (a Jupyter kernel runs one): play on a worker thread's own loop
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(asyncio.run, _play(url, starts, act, max_turns)).result()

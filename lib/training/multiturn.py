@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..candidates import answer_ids, choose, distribution, entropy, prompt_ids, score_answers
+from ..distributed import is_main, rank_key
 from ..envs import make_env
 from ..serve.client import play_served
 
@@ -65,7 +66,8 @@ def multi_turn_rollout(target: dict, rows: list[dict], group_size: int, temperat
                 model.train(was_training)
             answers = []
             for index, (options, logprobs) in enumerate(zip(offered, scores)):
-                generator = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{step}/{draws['turn']}/{index}".encode()))
+                key = f"{seed}/{step}/{draws['turn']}/{index}{rank_key()}"  # each rank draws its own episodes
+                generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
                 probs = distribution(logprobs, temperature)
                 answers.append(options[choose(probs, greedy=False, generator=generator)[0]])
                 entropies[id(observations[index])] = entropy(probs)
@@ -73,7 +75,7 @@ def multi_turn_rollout(target: dict, rows: list[dict], group_size: int, temperat
             return answers
 
         episodes = play_served(target["url"], [(r["seed"], r["split"]) for r in starts], act, max_turns=max_turns)
-        picker = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{step}/turns".encode()))
+        picker = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{step}/turns{rank_key()}".encode()))
         row_prompts, row_answers, returns, trained_entropy = [], [], [], []
         for episode in episodes:
             turn = episode["turns"][int(torch.randint(len(episode["turns"]), (1,), generator=picker))]
@@ -109,7 +111,7 @@ def make_episode_reward(samples_path: Path | None = None, sample_completions: in
 
     def episode_reward(completions, episode_return, episode_seed=None, episode_answers=None, **_) -> list[float]:
         rewards = [float(r) for r in episode_return]
-        if samples_path is not None and sample_completions:
+        if samples_path is not None and sample_completions and is_main():
             with Path(samples_path).open("a", encoding="utf-8") as handle:
                 for index, (completion, reward) in enumerate(list(zip(completions, rewards))[:sample_completions]):
                     handle.write(

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
+from ..distributed import is_main
 from ..envs import get_spec
 from ..episodes import action_returns, policy_actor
 from .explore import group_metrics
@@ -91,7 +92,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
                 blocked += 1
                 score = min(score, 0.0)
             rewards.append(float(score))
-        if samples_path is not None and config.grpo.sample_completions:
+        if samples_path is not None and config.grpo.sample_completions and is_main():
             with Path(samples_path).open("a", encoding="utf-8") as handle:
                 for text, score in list(zip(completions, rewards))[: config.grpo.sample_completions]:
                     content = text[-1]["content"] if isinstance(text, list) else text

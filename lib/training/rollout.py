@@ -23,6 +23,7 @@ import zlib
 import torch
 
 from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
+from ..distributed import rank_key
 from ..envs import make_env
 
 
@@ -55,7 +56,7 @@ def candidate_rollout(rows: list[dict], env_name: str, group_size: int, temperat
             probs = distribution(logprobs, temperature)
             # seeded by (run seed, step, group): a run resumed from a checkpoint draws the same completions
             generator = torch.Generator().manual_seed(
-                zlib.crc32(f"{seed}/{trainer.state.global_step}/{start}".encode())
+                zlib.crc32(f"{seed}/{trainer.state.global_step}/{start}{rank_key()}".encode())
             )
             for index in choose(probs, greedy=False, generator=generator, draws=group_size):
                 completion_ids.append(answer_ids(tokenizer, options[index]))

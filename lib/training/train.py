@@ -25,6 +25,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from ..config import RunConfig
+from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
 from ..envs import get_spec
 from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
@@ -42,6 +43,28 @@ def _precision_flags(config: RunConfig) -> dict:
     return {"use_cpu": not on_cuda, "fp16": on_cuda and precision == "fp16", "bf16": on_cuda and precision == "bf16"}
 
 
+class TrackingUnavailableError(RuntimeError):
+    """`tracking` names a tracker whose package is not installed."""
+
+
+def _tracking(config: RunConfig, run: Run, stage: str) -> dict:
+    """TRL's report_to (and trackio's project and run name) for `config.tracking`. Trackio logs locally: the Space
+    id is pinned to None, so nothing leaves the machine."""
+    if config.tracking == "none":
+        return {"report_to": "none"}
+    import importlib.util
+
+    if importlib.util.find_spec(config.tracking) is None:
+        raise TrackingUnavailableError(
+            f"tracking: {config.tracking} needs the {config.tracking} package: pip install {config.tracking} "
+            "(or set tracking: none)"
+        )
+    extra = {}
+    if config.tracking == "trackio":
+        extra = {"project": f"agent-rl-workbook-{config.env}", "trackio_space_id": None}
+    return {"report_to": [config.tracking], "run_name": f"{run.dir.name}/{stage}", **extra}
+
+
 def _peak_memory_mb() -> float:
     if cuda_available():  # pragma: no cover - CUDA only
         return torch.cuda.max_memory_allocated() / 2**20
@@ -53,10 +76,14 @@ class JsonlLogger(TrainerCallback):
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.unlink(missing_ok=True)
+        self.writes = is_main()  # under accelerate / torchrun rank 0 alone writes the log
+        if self.writes:
+            self.path.unlink(missing_ok=True)
         self._last: tuple[float, float] | None = None  # (time, num_tokens) at the previous log
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self.writes:
+            return
         record = {
             "step": state.global_step,
             "time": time.time(),
@@ -94,7 +121,10 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [
             get_spec(config.env).vocabulary()
         ]
-        base = str(build_tiny(texts, config.model.tiny, out / "base_model", config.seed))
+        if is_main():  # one process builds the tokenizer and the untrained model; the others load what it saved
+            build_tiny(texts, config.model.tiny, out / "base_model", config.seed)
+        wait_for_everyone()
+        base = str(out / "base_model")
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
     answer_tokens = check_answer_length(
@@ -119,7 +149,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         logging_steps=s.logging_steps,
         save_strategy="no",
         gradient_checkpointing=s.gradient_checkpointing,
-        report_to="none",
+        **_tracking(config, run, "sft"),
         seed=config.seed,
         data_seed=config.seed,
         completion_only_loss=True,
@@ -174,7 +204,11 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
 
 
 def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
-    """Save into a temporary sibling folder and rename it into place, so a crash never leaves half a model."""
+    """Save into a temporary sibling folder and rename it into place, so a crash never leaves half a model. Under
+    accelerate / torchrun rank 0 saves and every process waits until it has."""
+    if not is_main():
+        wait_for_everyone()
+        return
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model = trainer.model
@@ -185,6 +219,7 @@ def _save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
+    wait_for_everyone()
 
 
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
@@ -370,7 +405,7 @@ def train_grpo(
         entropy_target=g.entropy_target,
         scale_rewards=g.scale_rewards,
         logging_steps=g.logging_steps,
-        report_to="none",
+        **_tracking(config, run, stage),
         seed=config.seed,
         data_seed=config.seed,
         save_strategy="steps" if g.checkpoint_every else "no",
@@ -395,7 +430,7 @@ def train_grpo(
     )
     policy["model"] = trainer.model
     validation = None
-    if g.validate_every:
+    if g.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
         validation = ValidationCallback(config, out, tokenizer, policy)
         trainer.add_callback(validation)
     run.log(
@@ -435,6 +470,7 @@ def train_grpo(
             shutil.rmtree(adapter_dir)
             tmp.rename(adapter_dir)
             kept["kept_step"] = validation.best["step"]
+    wait_for_everyone()  # the kept adapter is in place before any process hashes it
     history = [h for h in trainer.state.log_history if "reward" in h]
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return run.stage_done(

@@ -258,6 +258,12 @@ class ExportConfig(Strict):
 class RunConfig(Strict):
     profile: str
     env: str = Field(description="an environment package under lib/envs/ or a dotted module path defining SPEC")
+    env_args: dict[str, Any] = Field(
+        {},
+        description="arguments of the environment (its module's make_spec), e.g. {tasks: path.jsonl} for one that reads "
+        "a tasks file; "
+        "every process of the run builds the environment with them",
+    )
     seed: int = 0
     deterministic: bool = True
     output_root: str = "outputs"
@@ -292,8 +298,9 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _known_to_the_environment(self):
         """The environment exists, and every policy the config names is one it defines."""
-        from .envs import get_spec
+        from .envs import configure, get_spec
 
+        configure(self.env, self.env_args)  # a bad argument (or a bad file it names) is an error here
         spec = get_spec(self.env)
         named = {
             "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],

@@ -28,6 +28,7 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from ..envs import get_spec
 from ..envs.base import SPLITS, Action, parse_action, split_seed
 from ..io import read_json
+from ..runs import read_config
 from .replay import REPLAY_FILE, REPLAYED, ReplayError, load
 from .served import BadRequestError, ServedEnvironment, ServeError, Sessions, UnknownSessionError
 from .wire import MAX_WIRE_ACTION_CHARS, WorkbookAction, WorkbookObservation, candidates_payload, json_safe
@@ -81,6 +82,8 @@ def _read_run(run_dir: Path | None, env_name: str) -> dict:
     if run_dir is None:
         return {"run_dir": None}
     manifest = read_json(run_dir / "manifest.json")
+    if manifest["config"].get("env_args"):
+        read_config(run_dir)  # validating the run's config builds its environment with the run's env_args
     if manifest["config"]["env"] != env_name:
         raise ValueError(f"{run_dir} is a run of {manifest['config']['env']!r}, not of {env_name!r}")
     gate = read_json(run_dir / "gate.json") if (run_dir / "gate.json").exists() else None

@@ -3,14 +3,17 @@ happen only when a verb runs). The load benchmark `bench-serve` lives with the o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
 def _serve(args) -> int:
     import uvicorn
 
+    from ..envs import configure
     from .app import MAX_BODY, build_app
 
+    configure(args.env, json.loads(args.env_args) if args.env_args else {})
     app = build_app(args.env, args.run_dir, max_sessions=args.max_sessions)
     print(f"serving {args.env} on http://{args.host}:{args.port}  (dashboard: http://{args.host}:{args.port}/)")
     uvicorn.run(app, host=args.host, port=args.port, ws_max_size=MAX_BODY, log_level=args.log_level)
@@ -32,6 +35,9 @@ def add_serve_verbs(verbs, env_help: str) -> None:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--host", default="127.0.0.1", help="127.0.0.1 (default) keeps it on this machine")
     s.add_argument("--run-dir", type=Path, default=None, help="a run of this environment: its replay, charts, gate")
+    s.add_argument(
+        "--env-args", default=None, help='the environment\'s arguments as JSON, e.g. \'{"tasks": "t.jsonl"}\''
+    )
     s.add_argument("--max-sessions", type=int, default=256, help="sessions open at once (WebSocket and HTTP each)")
     s.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     s.set_defaults(func=_serve)

@@ -41,13 +41,17 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def start_server(env_name: str, run_dir: str | Path | None = None, port: int | None = None, log=None):
+def start_server(
+    env_name: str, run_dir: str | Path | None = None, port: int | None = None, log=None, env_args: dict | None = None
+):
     """The child process and its base url (see `served`); the caller stops it (`stop_server`). Its output goes to
     `log` (an open file) if given, else to a temporary file at `process.log_path`, removed by `stop_server`."""
     port = port or free_port()
     command = [sys.executable, "-m", "lib", "serve", "--env", env_name, "--port", str(port), "--host", "127.0.0.1"]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
+    if env_args:
+        command += ["--env-args", json.dumps(env_args)]
     owned = log is None
     if owned:
         log = tempfile.NamedTemporaryFile(  # closed and removed by stop_server
@@ -116,9 +120,10 @@ def stop_server(process) -> None:
 
 
 @contextmanager
-def served(env_name: str, run_dir: str | Path | None = None, port: int | None = None):
-    """Yields the base url of a fresh server of `env_name` (with `run_dir`: its replay and charts)."""
-    process, url = start_server(env_name, run_dir, port)
+def served(env_name: str, run_dir: str | Path | None = None, port: int | None = None, env_args: dict | None = None):
+    """Yields the base url of a fresh server of `env_name` (with `run_dir`: its replay and charts; with `env_args`:
+    the environment built with them, as a run's config says)."""
+    process, url = start_server(env_name, run_dir, port, env_args=env_args)
     try:
         wait_healthy(process, url)
         yield url

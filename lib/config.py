@@ -260,9 +260,9 @@ class RunConfig(Strict):
     env: str = Field(description="an environment package under lib/envs/ or a dotted module path defining SPEC")
     env_args: dict[str, Any] = Field(
         {},
-        description="arguments of the environment (its module's make_spec), e.g. {tasks: path.jsonl} for one that reads "
-        "a tasks file; "
-        "every process of the run builds the environment with them",
+        description="arguments of the environment (its module's make_spec), e.g. {tasks: path.jsonl} for one that "
+        "reads a tasks file (a relative path is read from the folder the stage runs in: the repository root for "
+        "notebooks and `python -m lib`); every process of the run builds the environment with them",
     )
     seed: int = 0
     deterministic: bool = True

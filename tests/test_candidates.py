@@ -16,7 +16,7 @@ from lib.episodes import Improver, Start, play, policy_actor, run_episode
 from lib.inference import model_actor
 from lib.models import build_tiny, load_model
 
-ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster")
+ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
 
 
 @pytest.fixture(scope="module")

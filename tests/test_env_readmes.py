@@ -10,7 +10,7 @@ from lib.__main__ import main
 from lib.reporting.env_tables import generated_blocks
 
 REPO = Path(__file__).resolve().parents[1]
-ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster")
+ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
 # Regenerating sentinel_cluster's block (200 episodes per split, ~67 steps each) takes about 45 s of CPU time on
 # the 2-core machine, more than the other two together; CI runs it all the same.
 SLOW = {"sentinel_cluster"}

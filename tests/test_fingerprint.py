@@ -12,7 +12,7 @@ from lib.bench.fingerprint import fingerprint
 
 PINNED = Path(__file__).with_name("env_fingerprints.json")
 REGENERATE = (
-    "python -m lib fingerprint --env polyguard sentinel_trust sentinel_cluster tests.toyenv --episodes 20 "
+    "python -m lib fingerprint --env polyguard sentinel_trust sentinel_cluster json_tasks tests.toyenv --episodes 20 "
     "--out tests/env_fingerprints.json"
 )
 

@@ -313,7 +313,7 @@ def _sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
         target = {"url": g.env_url}
 
         def serve(stack: ExitStack) -> str:
-            target["url"] = g.env_url or stack.enter_context(served(config.env))
+            target["url"] = g.env_url or stack.enter_context(served(config.env, env_args=config.env_args))
             return target["url"]
 
         starts = episode_starts(config.env, sorted({r["seed"] for r in rows}))

@@ -1,0 +1,718 @@
+"""json_tasks: protocol, determinism, strict parsing, scoring with jsonschema, the anti-cheat rule, lookups, no
+hidden-state leak, baseline bars, harmful attacks, splits (novel schemas), tasks files and `lib.envs.configure`."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from statistics import fmean
+
+import pytest
+
+import lib.envs as envs
+from lib.envs import EnvironmentArgsError, get_spec
+from lib.envs.base import MAX_ACTION_CHARS, MAX_CONSECUTIVE_INVALID, format_action, split_seed
+from lib.envs.json_tasks import JsonTasksEnv, TasksFileError, make_spec
+from lib.envs.json_tasks.attacks import ANTI_CHEAT_RULES, HARMFUL_ATTACKS
+from lib.envs.json_tasks.env import render
+from lib.envs.json_tasks.policies import POLICIES, TRIVIAL, extract
+from lib.envs.json_tasks.reward import INVALID_PENALTY, WEIGHTS, terminal_components
+from lib.envs.json_tasks.scenario import NOVEL_FAMILIES, TRAIN_FAMILIES, generate
+from lib.envs.json_tasks.task import Task, literal
+from lib.envs.json_tasks.tasks_file import load_tasks
+from lib.episodes import run_episode
+
+SPLITS = ("train", "holdout", "holdout_novel")
+TEACHER = "heuristic"
+
+
+@pytest.fixture
+def env():
+    return JsonTasksEnv()
+
+
+def _pick(observation, *key):
+    return format_action(next(c for c in observation.candidates if c.key == key).id)
+
+
+def _trace(seed, split, policy=TEACHER):
+    """Rendered prompts and step rewards of one episode (the determinism witness)."""
+    env, chosen = JsonTasksEnv(), POLICIES[policy]()
+    observation = env.reset(seed, split)
+    chosen.begin(seed)
+    prompts, rewards = [], []
+    while True:
+        prompts.append(json.dumps(render(observation)))
+        result = env.step(chosen.act(observation, env))
+        rewards.append(result.reward)
+        if result.done:
+            return prompts, rewards
+        observation = result.observation
+
+
+def _finish_with_teacher(seed, split, history, text):
+    """The score of `text` at the state of `history` when the teacher finishes the episode (invalid: the penalty)."""
+    env, teacher = JsonTasksEnv(), POLICIES[TEACHER]()
+    env.restore(seed, split, history)
+    teacher.begin(seed)
+    result = env.step(text)
+    if "invalid" in result.info:
+        return INVALID_PENALTY
+    while not result.done:
+        result = env.step(teacher.act(result.observation, env))
+    return result.info["episode_return"]
+
+
+def _histories(seed, split, policy=TEACHER):
+    env, chosen = JsonTasksEnv(), POLICIES[policy]()
+    observation, history = env.reset(seed, split), []
+    chosen.begin(seed)
+    while True:
+        yield list(history)
+        text = chosen.act(observation, env)
+        result = env.step(text)
+        if result.done:
+            return
+        history.append(text)
+        observation = result.observation
+
+
+def _task(schema, gold, prompt="text", lookup=None, options=None):
+    options = options or {name: (value,) for name, value in gold.items()}
+    return Task("t", "", prompt, schema, gold, lookup or {}, options)
+
+
+# ---- protocol ---------------------------------------------------------------------------------------------
+def test_reset_step_state_render_and_restore_round_trip(env):
+    observation = env.reset(4, "train")
+    assert env.history == [] and not env.done and env.state()["step"] == 0
+    texts = []
+    for _ in range(3):
+        setting = next(c for c in observation.candidates if c.kind == "set" and c.args[0] in env.task.fields)
+        text = format_action(setting.id)
+        result = env.step(text)
+        texts.append(text)
+        assert not result.done
+        observation = result.observation
+    assert env.history == texts and observation.obj
+    messages = env.render(observation)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert all(f'"{c.id}"' in messages[1]["content"] for c in observation.candidates)
+    assert f"Object so far: {json.dumps(dict(observation.obj))}" in messages[1]["content"]
+    restored = JsonTasksEnv().restore(4, "train", texts)
+    assert restored == observation and render(restored) == messages
+
+
+def test_restore_of_a_history_with_invalid_answers_matches_playing_it(env):
+    observation = env.reset(9, "holdout")
+    observation = env.step("not an action").observation
+    assert observation.last == "invalid answer, one step used" and observation.step == 1
+    setting = next(c for c in observation.candidates if c.kind == "set")
+    observation = env.step(format_action(setting.id)).observation
+    assert JsonTasksEnv().restore(9, "holdout", env.history) == observation
+    with pytest.raises(ValueError, match="ends the episode"):
+        JsonTasksEnv().restore(9, "holdout", ["", "", ""])
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_returns_are_in_unit_interval_and_episodes_end_within_the_budget(env, policy):
+    for seed in range(20):
+        for split in SPLITS:
+            episode = run_episode(env, POLICIES[policy](), seed, split)
+            assert 0.0 <= episode.episode_return <= 1.0
+            assert episode.steps <= env.budget and episode.end_reason in (
+                "submit",
+                "budget",
+                "exploit",
+                "invalid_limit",
+            )
+
+
+def test_weights_live_in_one_place_and_sum_to_one():
+    assert sum(w for name, w in WEIGHTS.items() if name != "anti_cheat") == 1.0
+    assert get_spec("json_tasks").reward_weights is WEIGHTS
+
+
+def test_candidate_ids_are_unique_short_and_name_what_they_do(env):
+    for seed in range(60):
+        observation = env.reset(seed, SPLITS[seed % 3])
+        ids = [c.id for c in observation.candidates]
+        assert len(ids) == len(set(ids)) and ids.count("submit") == 1
+        assert all(len(format_action(i)) <= 64 for i in ids)
+        for c in observation.candidates:
+            if c.kind == "set":
+                assert c.id == f"set:{c.args[0]}={literal(json.loads(c.args[1]))}"
+            elif c.kind == "lookup":
+                assert c.id == f"lookup:{c.args[0]}" and c.args[0] in env.task.lookup
+    # shuffled per step, deterministically
+    first = env.reset(3, "holdout").candidates
+    again = env.reset(3, "holdout").candidates
+    later = env.step(format_action(first[0].id) if first[0].kind != "submit" else format_action(first[1].id))
+    assert first == again and [c.id for c in later.observation.candidates] != [c.id for c in first]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "submit",
+        "set:age=30",
+        "",
+        "   ",
+        '{"action": "set:nonexistent=1"}',
+        '{"action": "SUBMIT"}',
+        '{"action": "submit"} {"action": "submit"}',
+        '{"act": "submit"}',
+        '{"action": ["submit"]}',
+        '{"action": "submit", "reward": 1}',
+        '```json\n{"action": "submit"}\n```',
+        None,
+        "x" * 5000,
+    ],
+)
+def test_invalid_answers_cost_the_penalty_and_three_in_a_row_end_with_zero(env, garbage):
+    env.reset(3, "train")
+    for i in range(MAX_CONSECUTIVE_INVALID):
+        result = env.step(garbage)
+        assert "invalid" in result.info and result.reward <= INVALID_PENALTY + 1e-12
+        assert result.done == (i == MAX_CONSECUTIVE_INVALID - 1)
+    assert result.info["episode_return"] == 0.0 and result.info["end_reason"] == "invalid_limit"
+    assert env.history == [""] * MAX_CONSECUTIVE_INVALID
+
+
+def test_invalid_penalty_is_below_every_legal_outcome(env):
+    legal = [run_episode(env, POLICIES["random"](), s, "holdout").episode_return for s in range(60)]
+    assert INVALID_PENALTY < 0 <= min(legal)
+    observation = env.reset(3, "train")
+    observation = env.step("garbage").observation
+    result = env.step(_pick(observation, "submit"))  # a valid answer after an invalid one: the episode ends normally
+    assert "invalid" not in result.info and result.info["end_reason"] == "submit"
+
+
+def test_prompts_stay_bounded_and_every_word_is_in_the_vocabulary(env):
+    vocabulary = set(re.findall(r"[A-Za-z]+", get_spec("json_tasks").vocabulary()))
+    longest, words = 0, set()
+    for policy in ("random", "evidence_expert", "oracle"):
+        chosen = POLICIES[policy]()
+        for seed in range(60):
+            observation = env.reset(seed, SPLITS[seed % 3])
+            chosen.begin(seed)
+            while True:
+                text = "\n".join(m["content"] for m in render(observation))
+                longest = max(longest, len(text))
+                words |= set(re.findall(r"[A-Za-z]+", text))
+                answer = "junk" if seed % 5 == 0 and observation.step % 3 == 1 else chosen.act(observation, env)
+                result = env.step(answer)
+                if result.done:
+                    break
+                observation = result.observation
+    assert longest < 2800 and words <= vocabulary, sorted(words - vocabulary)
+
+
+# ---- scoring ----------------------------------------------------------------------------------------------
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "full name"},
+        "n": {"type": "integer"},
+        "kg": {"type": "number"},
+        "speed": {"type": "string", "enum": ["standard", "express"]},
+        "day": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+        "wrap": {"type": "boolean"},
+    },
+    "required": ["name", "n", "kg", "speed", "day"],
+    "additionalProperties": False,
+}
+GOLD = {"name": "Dana Kim", "n": 3, "kg": 2.5, "speed": "express", "day": "2025-03-04", "wrap": False}
+
+
+@pytest.mark.parametrize(
+    ("change", "valid", "fields"),
+    [
+        ({}, 1.0, 1.0),
+        ({"name": "  dana   KIM. "}, 1.0, 1.0),  # strings: case-folded, whitespace collapsed, end punctuation
+        ({"name": "Dana"}, 1.0, 5 / 6),
+        ({"n": 4}, 1.0, 5 / 6),
+        ({"kg": 2.51}, 1.0, 5 / 6),
+        ({"wrap": None}, 1.0, 5 / 6),  # an optional field left out: valid, but a gold field missing counts wrong
+        ({"speed": "Express"}, 0.0, 0.0),  # enums are exact: invalid, so no field counts
+        ({"day": "03/04/2025"}, 0.0, 0.0),  # pattern
+        ({"n": "3"}, 0.0, 0.0),  # type
+        ({"n": None}, 0.0, 0.0),  # a required field missing
+        ({"note": "x"}, 0.0, 0.0),  # a field the schema does not define
+    ],
+)
+def test_components_validate_with_jsonschema_and_compare_field_by_field(change, valid, fields):
+    task = _task(SCHEMA, GOLD)
+    obj = {k: v for k, v in {**GOLD, **change}.items() if v is not None}
+    components = terminal_components(task, obj, steps=len(GOLD) + 1, exploit=None)
+    assert components["valid"] == valid and components["fields"] == pytest.approx(fields)
+    assert components["efficiency"] == pytest.approx(fields) and components["anti_cheat"] == 0.0
+    assert task.is_valid(obj) == (not task.errors(obj))
+
+
+def test_efficiency_is_small_and_falls_with_extra_steps():
+    task = _task(SCHEMA, GOLD)
+    quick = terminal_components(task, dict(GOLD), steps=7, exploit=None)
+    slow = terminal_components(task, dict(GOLD), steps=14, exploit=None)
+    assert quick["efficiency"] == 1.0 and slow["efficiency"] == 0.5 and WEIGHTS["efficiency"] <= 0.1
+
+
+# ---- the anti-cheat rule, lookups, the budget -------------------------------------------------------------
+def _copy_candidate(env, observation):
+    return next(
+        (c for c in observation.candidates if c.kind == "set" and env.task.copies_schema(json.loads(c.args[1]))),
+        None,
+    )
+
+
+def test_copying_the_schema_text_ends_the_episode_with_zero_and_names_the_rule(env):
+    hits = 0
+    for seed in range(40):
+        observation = env.reset(seed, "holdout")
+        copy = _copy_candidate(env, observation)
+        if copy is None:
+            continue
+        value = json.loads(copy.args[1])
+        field = env.task.schema["properties"][copy.args[0]]
+        assert value in ("string", field.get("description"))  # offered: a type name or the field's description
+        result = env.step(format_action(copy.id))
+        assert result.done and result.info["end_reason"] == "exploit"
+        assert result.info["anti_cheat"] == "copies_schema" == result.info["exploit"]
+        assert result.info["episode_return"] == 0.0 and result.components["fields"] == 0.0
+        assert result.components["anti_cheat"] == -1.0
+        hits += 1
+    assert hits >= 8 and ANTI_CHEAT_RULES == ("copies_schema",)
+
+
+def test_a_value_read_from_the_text_never_counts_as_a_schema_copy():
+    task = _task(
+        {"title": "invoice", "type": "object", "properties": {"who": {"type": "string", "description": "biller"}}},
+        {"who": "Acme"},
+        prompt="Invoice from Acme",
+    )
+    assert not task.copies_schema("Invoice") and task.copies_schema("biller") and task.copies_schema("STRING")
+    assert task.copies_schema("Invoice from Acme.") and not task.copies_schema("Acme")
+
+
+def test_lookup_reveals_a_value_the_text_does_not_show_and_costs_a_step(env):
+    checked = 0
+    for seed in range(60):
+        observation = env.reset(seed, SPLITS[seed % 3])
+        lookups = [c for c in observation.candidates if c.kind == "lookup"]
+        if not lookups:
+            continue
+        field = lookups[0].args[0]
+        gold = env.gold[field]
+        prop = env.task.schema["properties"][field]
+        if "enum" not in prop:
+            assert gold not in [
+                json.loads(c.args[1]) for c in observation.candidates if c.kind == "set" and c.args[0] == field
+            ]
+            assert str(gold) not in env.render(observation)[1]["content"]
+        result = env.step(format_action(lookups[0].id))
+        after = result.observation
+        assert after.looked_up == ((field, gold),) and after.step == 1 and not result.done
+        assert f"Looked up: {field} = {gold}" in env.render(after)[1]["content"]
+        assert ("set", field, json.dumps(gold)) in {c.key for c in after.candidates}
+        assert ("lookup", field) not in {c.key for c in after.candidates}
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_budget_ends_an_episode_scored_as_it_stands(env):
+    episode = run_episode(env, POLICIES["repeat_last"](), 5, "holdout")
+    assert episode.end_reason == "budget" and episode.steps == env.budget
+    assert episode.episode_return == 0.0  # one field set over and over: required fields missing
+    observation = env.reset(5, "holdout")
+    teacher = POLICIES[TEACHER]()
+    while True:  # the teacher fills every field, then pads to the budget with the same field: scored as it stands
+        text = teacher.act(observation, env)
+        if json.loads(text)["action"] == "submit":
+            first = env.task.fields[0]
+            text = _pick(observation, "set", first, json.dumps(dict(observation.obj)[first]))
+        result = env.step(text)
+        if result.done:
+            break
+        observation = result.observation
+    assert result.info["end_reason"] == "budget" and result.components["valid"] == 1.0
+    assert 0 < result.components["efficiency"] < result.components["fields"]
+
+
+def test_scripted_baselines_never_hit_a_rule_and_the_teacher_never_looks_up(env):
+    for policy in (TEACHER, "evidence_expert", "oracle", "schema_defaults"):
+        for seed in range(45):
+            split = SPLITS[seed % 3]
+            episode = run_episode(env, POLICIES[policy](), seed, split, keep_transitions=True)
+            assert episode.end_reason == "submit", (policy, seed)
+            if policy == TEACHER:
+                assert not any('"lookup:' in t["action"] for t in episode.transitions)
+
+
+# ---- determinism ------------------------------------------------------------------------------------------
+def test_same_seed_same_prompts_and_returns_in_process():
+    assert _trace(7, "holdout") == _trace(7, "holdout")
+    assert _trace(7, "holdout") != _trace(8, "holdout")
+    assert generate(split_seed(3, "train"), False).prompt == generate(split_seed(3, "train"), False).prompt
+
+
+def test_same_seed_same_prompts_and_returns_in_a_new_process():
+    code = (
+        "import json; from tests.test_env_json_tasks import _trace; "
+        "print(json.dumps([_trace(s, sp, p) for s, sp, p in "
+        "[(11, 'train', 'heuristic'), (5, 'holdout_novel', 'evidence_expert'), (2, 'holdout', 'random')]]))"
+    )
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment)
+    here = [_trace(11, "train", TEACHER), _trace(5, "holdout_novel", "evidence_expert"), _trace(2, "holdout", "random")]
+    assert out.stdout.strip() == json.dumps(here)
+
+
+# ---- parser fuzzing ---------------------------------------------------------------------------------------
+def test_fuzzed_answers_never_crash_and_act_only_when_exactly_an_offered_id(env):
+    rng = random.Random(0)
+    alphabet = '{}[]":,.= actionsetlokupbmi_0123456789\n\t\\'
+    for trial in range(1200):
+        observation = env.reset(trial % 40, SPLITS[trial % 3])
+        valid = format_action(rng.choice(observation.candidates).id)
+        if trial % 3 == 0:
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        else:
+            chars = list(valid)
+            for _ in range(rng.randint(1, 3)):
+                position = rng.randrange(len(chars) + 1)
+                op = rng.choice(("insert", "delete", "replace"))
+                if op == "insert":
+                    chars.insert(position, rng.choice(alphabet))
+                elif chars and position < len(chars):
+                    if op == "delete":
+                        del chars[position]
+                    else:
+                        chars[position] = rng.choice(alphabet)
+            text = "".join(chars)
+        result = env.step(text)
+        if "invalid" not in result.info:
+            parsed = json.loads(text)
+            assert set(parsed) == {"action"} and parsed["action"] in {c.id for c in observation.candidates}
+
+
+# ---- no leak ----------------------------------------------------------------------------------------------
+def test_nothing_a_policy_sees_holds_an_unasked_lookup_value(env):
+    checked = 0
+    for policy in ("random", TEACHER):
+        for seed in range(30):
+            observation = env.reset(seed, SPLITS[seed % 3])
+            chosen = POLICIES[policy]()
+            chosen.begin(seed)
+            hidden = [v for f, v in env.task.lookup.items() if "enum" not in env.task.schema["properties"][f]]
+            while True:
+                seen = json.dumps(render(observation)) + repr(observation)
+                asked = dict(observation.looked_up)
+                assert not [v for v in hidden if v not in asked.values() and str(v) in seen]
+                result = env.step(chosen.act(observation, env))
+                checked += 1
+                if result.done:
+                    break
+                assert str(env.task.gold) not in json.dumps(result.info)
+                observation = result.observation
+    assert checked > 200 and {"gold", "lookup"} <= set(env.state())  # state() is the debugging/oracle view
+
+
+# ---- the teacher's blind spots ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("field", "prop", "values", "text", "expected"),
+    [
+        ("quantity", {"type": "integer", "description": "items ordered"}, [24, 3, 8], "quantity: 3 packs of 8", 3),
+        ("weight_kg", {"type": "number"}, [2.5, 5.5], "weight: 5.5 lb (2.5 kg)", 5.5),
+        ("weight_kg", {"type": "number"}, [2.5, 5.5], "weight: 2.5 kg", 2.5),
+        (
+            "shipping",
+            {"enum": ["standard", "express"], "default": "standard"},
+            ["standard", "express"],
+            "overnight delivery",
+            "standard",
+        ),  # fmt: skip
+        (
+            "shipping",
+            {"enum": ["standard", "express"]},
+            ["standard", "express", "Express"],
+            "Express shipping",
+            "express",
+        ),  # fmt: skip
+        ("gift_wrap", {"type": "boolean"}, [True, False], "gift wrap: no", False),
+        ("gift_wrap", {"type": "boolean"}, [True, False], "no gift wrap needed", True),
+        (
+            "recipient",
+            {"type": "string"},
+            ["Dana Kim", "Ana Ruiz"],
+            "placed by Ana Ruiz; deliver to Dana Kim",
+            "Ana Ruiz",
+        ),  # fmt: skip
+        (
+            "recipient",
+            {"type": "string"},
+            ["Dana Kim", "Ana Ruiz"],
+            "placed by Ana Ruiz; recipient: Dana Kim",
+            "Dana Kim",
+        ),  # fmt: skip
+    ],
+)
+def test_the_teacher_is_a_plausible_keyword_extractor_with_its_blind_spots(field, prop, values, text, expected):
+    assert extract(field, prop, values, text) == expected
+
+
+# ---- baseline bars ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def baseline_means():
+    env = JsonTasksEnv()
+    return {
+        (policy, split): fmean(run_episode(env, POLICIES[policy](), seed, split).episode_return for seed in range(200))
+        for split in ("holdout", "holdout_novel")
+        for policy in POLICIES
+    }
+
+
+def test_trivial_policies_lose_and_the_oracle_wins_on_a_few_episodes(env):
+    """The fast tier's version of the bars below: 40 episodes per split."""
+    for split in ("holdout", "holdout_novel"):
+        mean = {p: fmean(run_episode(env, POLICIES[p](), s, split).episode_return for s in range(40)) for p in POLICIES}
+        assert mean["oracle"] == 1.0 and mean["oracle"] >= mean[TEACHER] + 0.1 >= mean["random"] + 0.2
+        assert all(mean[p] <= mean[TEACHER] - 0.2 for p in TRIVIAL), mean
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
+def test_baseline_bars(baseline_means, split):
+    mean = {policy: baseline_means[policy, split] for policy in POLICIES}
+    teacher = mean[TEACHER]
+    assert mean["oracle"] >= teacher + 0.15
+    assert mean["evidence_expert"] >= teacher + 0.15  # the headroom is learnable from the prompt
+    assert teacher >= mean["random"] + 0.10
+    for policy in TRIVIAL:
+        assert mean[policy] <= teacher - 0.10, policy
+    assert mean["oracle"] == max(mean.values())
+
+
+# ---- harmful attacks --------------------------------------------------------------------------------------
+def test_every_harmful_attack_scores_at_most_the_worst_legal_action():
+    seen = set()
+    for seed, split in ((0, "holdout"), (1, "holdout"), (2, "holdout_novel"), (3, "train")):
+        for history in list(_histories(seed, split))[::3]:
+            env = JsonTasksEnv()
+            observation = env.restore(seed, split, history)
+            attacks = [
+                (kind, *attack)
+                for kind, play in HARMFUL_ATTACKS.items()
+                for attack in play(env, seed, split, history, observation)
+            ]
+            for kind, at, text in attacks:
+                seen.add(kind)
+                state = JsonTasksEnv().restore(seed, split, at)
+                worst = min(_finish_with_teacher(seed, split, at, format_action(c.id)) for c in state.candidates)
+                assert _finish_with_teacher(seed, split, at, text) <= worst + 1e-9, (kind, seed, len(at))
+    assert seen == set(HARMFUL_ATTACKS)
+
+
+# ---- splits -----------------------------------------------------------------------------------------------
+def test_splits_are_disjoint_and_holdout_novel_schemas_never_appear_in_train():
+    internal = {split: {split_seed(s, split) for s in range(500)} for split in SPLITS}
+    assert not internal["train"] & internal["holdout"] and not internal["train"] & internal["holdout_novel"]
+    assert not internal["holdout"] & internal["holdout_novel"]
+    train = [generate(split_seed(s, "train"), False) for s in range(500)]
+    holdout = [generate(split_seed(s, "holdout"), False) for s in range(200)]
+    novel = [generate(split_seed(s, "holdout_novel"), True) for s in range(200)]
+    assert {t.prompt for t in train}.isdisjoint(t.prompt for t in holdout)
+    assert {t.family for t in train} == {t.family for t in holdout} == set(TRAIN_FAMILIES)
+    assert {t.family for t in novel} == set(NOVEL_FAMILIES) and not set(TRAIN_FAMILIES) & set(NOVEL_FAMILIES)
+    train_schemas = {json.dumps(t.schema, sort_keys=True) for t in train}
+    train_field_sets = {frozenset(t.fields) for t in train}
+    assert not any(json.dumps(t.schema, sort_keys=True) in train_schemas for t in novel)
+    assert not any(frozenset(t.fields) in train_field_sets for t in novel)
+    env = JsonTasksEnv()
+    env.reset(0, "holdout_novel")
+    assert env.state()["family"] in NOVEL_FAMILIES
+
+
+def test_every_built_in_schema_is_a_valid_json_schema_and_its_gold_validates():
+    from jsonschema import Draft202012Validator
+
+    for seed in range(150):
+        task = generate(split_seed(seed, SPLITS[seed % 3]), seed % 3 == 2)
+        Draft202012Validator.check_schema(task.schema)
+        assert task.is_valid(task.gold) and task.field_share(task.gold) == 1.0
+        assert len(task.fields) >= 5 and set(task.lookup) <= set(task.fields)
+        assert all(any(v == task.gold[f] and type(v) is type(task.gold[f]) for v in task.options[f]) for f in task.gold)
+
+
+# ---- tasks files ------------------------------------------------------------------------------------------
+DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+INVOICE = {
+    "prompt": "Invoice 2291 from Acme Corp, total 412.50 EUR, due 2025-07-01, paid: no",
+    "schema": {
+        "title": "invoice",
+        "type": "object",
+        "properties": {
+            "vendor": {"type": "string", "description": "who billed"},
+            "total": {"type": "number"},
+            "currency": {"enum": ["EUR", "USD", "GBP"]},
+            "due": {"type": "string", "pattern": DATE},
+            "paid": {"type": "boolean"},
+            "account": {"type": "integer", "description": "account number"},
+        },
+        "required": ["vendor", "total", "currency", "due", "paid", "account"],
+        "additionalProperties": False,
+    },
+    "gold": {
+        "vendor": "Acme Corp",
+        "total": 412.5,
+        "currency": "EUR",
+        "due": "2025-07-01",
+        "paid": False,
+        "account": 55,
+    },
+    "lookup": {"account": 55},
+}
+TABLE = {
+    "prompt": "Table for 4 at Luigi's on 2025-05-02",
+    "schema": {
+        "type": "object",
+        "properties": {"party": {"type": "integer"}, "date": {"type": "string", "pattern": DATE}},
+        "required": ["party", "date"],
+    },
+    "gold": {"party": 4, "date": "2025-05-02"},
+}
+
+
+def _write(tmp_path, lines, name="tasks.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def _good_lines():
+    return [INVOICE, {**TABLE, "split": "holdout"}, {**TABLE, "split": "holdout_novel"}]
+
+
+def test_a_tasks_file_plays_its_own_tasks_with_every_policy(tmp_path):
+    spec = make_spec(tasks=str(_write(tmp_path, _good_lines())))
+    env = spec.make_env()
+    observation = env.reset(0, "train")
+    assert env.task.gold == INVOICE["gold"] and observation.prompt == INVOICE["prompt"]
+    assert ("lookup", "account") in {c.key for c in observation.candidates}
+    assert 55 not in [
+        json.loads(c.args[1]) for c in observation.candidates if c.kind == "set" and c.args[0] == "account"
+    ]
+    for policy in spec.reported_policies:
+        for split in SPLITS:
+            assert 0.0 <= run_episode(env, spec.make_policy(policy), 0, split).episode_return <= 1.0
+    assert run_episode(env, spec.make_policy("oracle"), 0, "train").episode_return == 1.0
+    assert {"Acme", "Luigi", "vendor", "invoice"} <= set(re.findall(r"[A-Za-z]+", spec.vocabulary()))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"prompt": "x", "schema": ', "not JSON"),
+        ("[1, 2]", "a line must be a JSON object"),
+        ({"prompt": "x", "schema": TABLE["schema"]}, "missing key 'gold'"),
+        ({**TABLE, "answer": 1}, "unknown key 'answer'"),
+        ({**TABLE, "split": "test"}, "'split' must be one of"),
+        ({**TABLE, "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}, "not a valid JSON Schema"),
+        ({**TABLE, "gold": {"party": "four", "date": "2025-05-02"}}, "gold is not valid under its schema"),
+        ({**TABLE, "gold": {"party": 4}}, "gold is not valid under its schema: 'date' is a required property"),
+        (
+            {**TABLE, "schema": {"type": "object", "properties": {"items": {"type": "array"}}}, "gold": {"items": []}},
+            "field 'items' has type \"array\", which the environment cannot offer candidates for",
+        ),
+        ({**TABLE, "lookup": {"seats": 2}}, "lookup names 'seats', which is not a field of the schema"),
+        ({**TABLE, "gold": {"party": 4, "date": "2025-05-02", "x": 1}}, "fields the schema does not define"),
+        ({**TABLE, "prompt": ""}, "'prompt' must be a non-empty string"),
+        (
+            {
+                **TABLE,
+                "schema": {"type": "object", "properties": {"note": {"type": "string"}}},
+                "gold": {"note": "y" * 300},
+            },
+            "too long to offer as a candidate",
+        ),
+    ],
+)
+def test_a_bad_line_is_an_error_naming_the_file_the_line_and_what_is_wrong(tmp_path, line, message):
+    path = _write(tmp_path, [*_good_lines()[:2], line, _good_lines()[2]])
+    with pytest.raises(TasksFileError) as error:
+        load_tasks(path)
+    assert f"tasks file {path}, line 3: " in str(error.value) and message in str(error.value), str(error.value)
+
+
+def test_a_tasks_file_needs_every_split_and_must_exist(tmp_path):
+    with pytest.raises(TasksFileError, match="no task for split holdout, holdout_novel"):
+        load_tasks(_write(tmp_path, [INVOICE]))
+    with pytest.raises(TasksFileError, match="no such file"):
+        load_tasks(tmp_path / "missing.jsonl")
+
+
+def test_offered_values_of_a_file_task_are_the_gold_and_distractors_from_its_text(tmp_path):
+    split, tasks = "train", load_tasks(_write(tmp_path, _good_lines()))
+    options = tasks[split][0].options
+    assert options["total"][0] == 412.5 and 2291 in options["total"]
+    assert options["due"][0] == "2025-07-01" and "who billed" in options["vendor"]
+    assert options["paid"] == (True, False) and set(options["currency"]) >= {"EUR", "USD", "GBP"}
+    assert all(len(format_action(f"set:{f}={v}")) <= MAX_ACTION_CHARS for f, vs in options.items() for v in vs)
+
+
+# ---- the registry and configure ---------------------------------------------------------------------------
+@pytest.fixture
+def registry(monkeypatch):
+    """A registry with nothing configured, restored afterwards (configure is per process)."""
+    monkeypatch.setattr(envs, "_CONFIGURED", {})
+    envs.get_spec.cache_clear()
+    yield envs
+    envs.get_spec.cache_clear()
+
+
+def test_configure_builds_the_environment_with_its_arguments(registry, tmp_path):
+    path = str(_write(tmp_path, _good_lines()))
+    builtin = registry.get_spec("json_tasks")
+    registry.configure("json_tasks", {})  # empty: a no-op
+    assert registry.get_spec("json_tasks") is builtin and registry.configured("json_tasks") == {}
+    registry.configure("json_tasks", {"tasks": path})
+    spec = registry.get_spec("json_tasks")
+    assert spec is not builtin and registry.configured("json_tasks") == {"tasks": path}
+    env = registry.make_env("json_tasks")
+    env.reset(0, "holdout")
+    assert env.task.gold == TABLE["gold"]
+    registry.configure("json_tasks", {"tasks": path})  # the same again: a no-op
+    assert registry.get_spec("json_tasks") is spec
+    with pytest.raises(EnvironmentArgsError, match="already configured with"):
+        registry.configure("json_tasks", {"tasks": path + ".other"})
+
+
+def test_configure_rejects_unknown_arguments_and_environments_without_any(registry):
+    with pytest.raises(EnvironmentArgsError, match=r"unknown argument 'task'; it accepts \['tasks'\]"):
+        registry.configure("json_tasks", {"task": "x.jsonl"})
+    with pytest.raises(EnvironmentArgsError, match="takes no arguments"):
+        registry.configure("sentinel_trust", {"tasks": "x.jsonl"})
+    assert registry.configured("json_tasks") == {} and registry.configured("sentinel_trust") == {}
+    assert registry.get_spec("json_tasks") is get_spec("json_tasks")
+
+
+def test_configure_with_a_bad_tasks_file_names_the_line_and_records_nothing(registry, tmp_path):
+    path = _write(tmp_path, [INVOICE, {**TABLE, "gold": {"party": "four", "date": "2025-05-02"}}])
+    with pytest.raises(TasksFileError, match=rf"tasks file {re.escape(str(path))}, line 2: gold is not valid"):
+        registry.configure("json_tasks", {"tasks": str(path)})
+    assert registry.configured("json_tasks") == {}
+    registry.configure("json_tasks", {"tasks": str(_write(tmp_path, _good_lines(), "good.jsonl"))})  # still free
+    assert registry.configured("json_tasks")["tasks"].endswith("good.jsonl")
+
+
+def test_registry_finds_the_spec_and_it_is_consistent():
+    spec = get_spec("json_tasks")
+    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+    assert type(spec)(**fields) == spec  # passes its own validation again
+    assert isinstance(spec.make_env(), JsonTasksEnv) and spec.teacher == TEACHER and spec.oracle == "oracle"
+    assert set(spec.reported_policies) <= set(spec.policies) and set(spec.trivial) == set(TRIVIAL)
+    assert spec.harmful_kinds == tuple(HARMFUL_ATTACKS) and spec.anti_cheat_rules == ANTI_CHEAT_RULES
+    words = set(spec.vocabulary().split())
+    assert {"express", "BOS", "Lisbon", "senior", "lookup", "submit"} <= words
+    assert make_spec() is spec

@@ -34,7 +34,9 @@ def test_every_generated_table_is_what_the_summary_command_prints_for_its_commit
 def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
     tracked = subprocess.run(["git", "ls-files", "outputs"], cwd=REPO, capture_output=True, text=True).stdout.split()
     committed = {Path(p).parts[1] for p in tracked}
+    # a run id in its default form (date-time-profile) anywhere in the README, and any committed run it names
     quoted = set(re.findall(r"outputs/(\d{8}-\d{6}-[\w.-]+?)(?=[/`)\s])", README))
+    quoted |= {name for name in committed if re.search(rf"outputs/{re.escape(name)}(?=[/`)\s])", README)}
     assert committed == quoted, (committed, quoted)
 
 

@@ -119,8 +119,10 @@ def test_replay_returns_equal_the_evaluated_returns_and_a_missing_seed_falls_bac
     evaluated = {
         (e["split"], e["seed"]): e["return"]
         for e in map(json.loads, (run.dir / "evaluate" / "episodes.jsonl").read_text().splitlines())
-        if e["policy"] == "grpo"
+        if e["policy"] == "grpo" and "ablation" not in e
     }
+    ablated = [e for e in map(json.loads, (run.dir / "evaluate" / "episodes.jsonl").read_text().splitlines())]
+    assert any("ablation" in e and e["policy"] == "grpo" for e in ablated)  # the file holds both; replay keeps greedy
     assert len(evaluated) == summary["episodes"] > 0
     with served(config.env, run_dir=run.dir) as url:
 

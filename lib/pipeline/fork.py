@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import ConfigError, override_config
 from ..io import atomic_write_json
-from ..runs import Run, now, read_config, read_json_record
+from ..runs import Run, git_state, hardware, now, package_versions, read_config, read_json_record
 from ..training.corpus import run_corpus
 
 FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base
@@ -52,7 +52,16 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
         started=now(),
         ended=None,
         stages={k: v for k, v in manifest["stages"].items() if k in shared},
-        forked_from={"run_id": base_dir.name, "overrides": overrides, "shared_stages": shared},
+        # the fork's own code and machine: its GRPO and later stages run here, not where the base ran
+        git=git_state(),
+        packages=package_versions(),
+        hardware=hardware(),
+        forked_from={
+            "run_id": base_dir.name,
+            "overrides": overrides,
+            "shared_stages": shared,
+            "git": manifest.get("git"),
+        },
     )
     atomic_write_json(target_dir / "manifest.json", manifest)
     run = Run(target_dir, config)

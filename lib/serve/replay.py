@@ -36,7 +36,7 @@ def _from_episodes_file(path: Path) -> tuple[list[dict], dict]:
             episode = json.loads(line)
         except json.JSONDecodeError as error:
             raise ReplayError(f"{path}:{number}: not JSON ({error})") from None
-        if episode.get("policy") != REPLAYED:
+        if episode.get("policy") != REPLAYED or "ablation" in episode:  # the greedy evaluation, not an ablation
             continue
         returns[(episode["split"], episode["seed"])] = episode["return"]
         for action in episode["actions"]:

@@ -175,6 +175,17 @@ def _boolean(d: Draft, name: str, description: str, yes: str, no: str, hard_yes:
 
 
 # ---- the families ---------------------------------------------------------------------------------------------------
+def _lapsed_card(d: Draft, rng: random.Random, name: str, prefix: str, digits: int, description: str, note: str):
+    """A card number only the records tool knows; the text shows a lapsed one (`note`), the tempting distractor.
+    Returns the lapsed number."""
+    old = f"{prefix}{rng.randrange(10 ** (digits - 1), 10**digits)}"
+    current = f"{prefix}{rng.randrange(10 ** (digits - 1), 10**digits)}"
+    d.closing.append(note.format(old))
+    pattern = f"^{prefix}[0-9]{{{digits}}}$"
+    d.add(name, {"type": "string", "pattern": pattern, "description": description}, current, old, lookup=True)
+    return old
+
+
 def shipping_order(d: Draft) -> str:
     rng = d.rng
     number, old = rng.randrange(10000, 100000), rng.randrange(10000, 100000)
@@ -396,16 +407,7 @@ def book_flight(d: Draft) -> str:
         "non-refundable is fine",
     )
 
-    old = f"FF{rng.randrange(100000, 1000000)}"
-    current = f"FF{rng.randrange(100000, 1000000)}"
-    d.closing.append(f"my old card {old} expired")
-    d.add(
-        "loyalty_id",
-        {"type": "string", "pattern": "^FF[0-9]{6}$", "description": "frequent flyer card"},
-        current,
-        old,
-        lookup=True,
-    )
+    old = _lapsed_card(d, rng, "loyalty_id", "FF", 6, "frequent flyer card", "my old card {} expired")
     d.extras += [("old_card", old), ("home_airport", origin)]
     return "Call book_flight with the arguments this request gives."
 
@@ -523,16 +525,7 @@ def book_hotel(d: Draft) -> str:
         "no breakfast needed",
     )
 
-    old = f"HM{rng.randrange(10000, 100000)}"
-    current = f"HM{rng.randrange(10000, 100000)}"
-    d.closing.append(f"old member card {old} lapsed")
-    d.add(
-        "member_id",
-        {"type": "string", "pattern": "^HM[0-9]{5}$", "description": "member card"},
-        current,
-        old,
-        lookup=True,
-    )
+    old = _lapsed_card(d, rng, "member_id", "HM", 5, "member card", "old member card {} lapsed")
     d.extras += [("home_city", home), ("old_card", old)]
     return "Call book_hotel with the arguments this request gives."
 

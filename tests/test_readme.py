@@ -38,6 +38,10 @@ def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
     quoted = set(re.findall(r"outputs/(\d{8}-\d{6}-[\w.-]+?)(?=[/`)\s])", README))
     quoted |= {name for name in committed if re.search(rf"outputs/{re.escape(name)}(?=[/`)\s])", README)}
     assert committed == quoted, (committed, quoted)
+    # and every run folder the README cites by path (whatever its id) is one git tracks: outputs/ is ignored, so a
+    # run that exists here but was never `git add -f`-ed would be missing from a clean checkout
+    cited = {m for m in re.findall(r"outputs/([\w.-]+)/", README) if (REPO / "outputs" / m).is_dir()}
+    assert cited <= committed, f"cited but not committed (git add -f): {sorted(cited - committed)}"
 
 
 def _anchors(path: Path) -> Iterator[str]:

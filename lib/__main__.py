@@ -289,6 +289,11 @@ def _package(args) -> int:
     record = package_run(args.run_dir, args.out, args.weights)
     left = f"; left out: {', '.join(record['left_out'])}" if record["left_out"] else ""
     print(f"wrote {record['archive']} ({record['files']} files + SHA256SUMS, sha256 {record['sha256'][:12]}){left}")
+    if record["missing_gate_inputs"]:
+        print(
+            f"warning: the run folder lacks what the gate re-reads ({', '.join(record['missing_gate_inputs'])}): "
+            "verify will find the files intact but the gate on the copy will fail"
+        )
     return 0
 
 

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from lib.reporting.logs import RUN_ROW, logs_table
 from lib.reporting.sweep import SWEEP, NoCheckpointsError, expected_steps, sweep_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
-RUNS = sorted(p for p in (REPO / "outputs").iterdir() if (p / "manifest.json").is_file())
+# the committed runs (what git tracks under outputs/), not whatever else a local outputs/ holds
+_TRACKED = subprocess.run(["git", "ls-files", "outputs"], cwd=REPO, capture_output=True, text=True).stdout.split()
+RUNS = sorted({REPO / "outputs" / Path(p).parts[1] for p in _TRACKED if Path(p).name == "manifest.json"})
 SMOKE = REPO / "outputs" / "20261123-141137-cpu-smoke"
 
 
@@ -50,8 +53,9 @@ def _rewrite(archive: Path, change) -> None:
 # --- logs -----------------------------------------------------------------------------------------------------
 
 
-def test_the_committed_runs_are_the_three_reference_runs():
-    assert len(RUNS) == 3 and SMOKE in RUNS
+def test_the_committed_runs_cover_every_built_in_environment():
+    envs = {_json(run / "manifest.json")["config"]["env"] for run in RUNS}
+    assert SMOKE in RUNS and envs == {"polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks"}, envs
 
 
 def test_logs_on_the_committed_runs_hold_what_their_stage_and_eval_files_hold(tmp_path, capsys):
@@ -131,7 +135,11 @@ def test_package_and_verify_round_trip_on_a_committed_run_without_weights(tmp_pa
     gate_before = (run / "gate.json").read_bytes()
     assert main(["package", "--run-dir", str(run)]) == 0
     archive = run.with_name(run.name + ".tar.gz")
-    assert f"wrote {archive}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"wrote {archive}" in out
+    # a committed run is trimmed: package says up front that the gate on the copy cannot pass without these
+    missing = ["corpus/grpo_prompts.jsonl", "corpus/sft.jsonl", "evaluate/episodes.jsonl"]
+    assert f"warning: the run folder lacks what the gate re-reads ({', '.join(missing)})" in out
     with tarfile.open(archive) as tar:
         names = tar.getnames()
         sums = tar.extractfile(f"{run.name}/SHA256SUMS").read().decode().splitlines()
@@ -156,6 +164,9 @@ def test_package_and_verify_round_trip_on_a_committed_run_without_weights(tmp_pa
     )
     with pytest.raises(ValueError, match="exists already"):
         verify_archive(archive, into=tmp_path / "kept")
+    for name in missing:  # with them back in the folder, nothing is reported missing
+        (run / name).write_text("{}\n")
+    assert package_run(run, tmp_path / "whole.tar.gz")["missing_gate_inputs"] == []
 
 
 def test_weights_are_left_out_unless_asked_for_and_named_when_a_check_needs_them(tmp_path):

@@ -51,12 +51,23 @@ def _left_out(paths: list[PurePosixPath]) -> list[str]:
     return sorted(named)
 
 
+def missing_gate_inputs(run_dir: Path, manifest: dict) -> list[str]:
+    """The files the gate re-reads that the run folder lacks: the corpus files whose hashes the manifest records, and
+    the evaluated episodes once the run has an evaluation (a run trimmed for committing, for example). A package
+    without them still verifies file by file, but the gate on its copy fails `manifest_valid` and
+    `every_action_has_provenance`."""
+    needed = [f"corpus/{name}" for name in sorted(manifest.get("corpus_hashes") or {})]
+    if (run_dir / "evaluate" / "eval.json").is_file():
+        needed.append("evaluate/episodes.jsonl")
+    return [name for name in needed if not (run_dir / name).is_file()]
+
+
 def package_run(run_dir: Path | str, out: Path | str | None = None, weights: bool = False) -> dict:
     """Write `out` (default `<run_dir>.tar.gz` beside the run folder) atomically: the run's files (weights only with
     `weights=True`), PACKAGE.json and SHA256SUMS, under one folder named after the run. Returns PACKAGE.json's
     record with the archive's path and sha256."""
     run_dir = Path(run_dir)
-    read_json_record(run_dir / "manifest.json", "the run's manifest")  # a run folder, not any folder
+    manifest = read_json_record(run_dir / "manifest.json", "the run's manifest")  # a run folder, not any folder
     out = Path(out) if out else run_dir.with_name(run_dir.name + ".tar.gz")
     files, excluded = {}, []
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink()):
@@ -73,6 +84,7 @@ def package_run(run_dir: Path | str, out: Path | str | None = None, weights: boo
         "weights": weights,
         "files": len(files) + 1,  # and PACKAGE.json; SHA256SUMS covers every file but itself
         "left_out": _left_out(excluded),
+        "missing_gate_inputs": missing_gate_inputs(run_dir, manifest),
     }
     files[PACKAGE] = (json.dumps(record, indent=2) + "\n").encode()
     sums = "".join(f"{_sha256(data)}  {name}\n" for name, data in sorted(files.items()))

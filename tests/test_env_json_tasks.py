@@ -462,6 +462,65 @@ def test_the_teacher_is_a_plausible_keyword_extractor_with_its_blind_spots(field
     assert extract(field, prop, values, text) == expected
 
 
+# ---- the teacher as the continuation of someone else's episode -------------------------------------------
+def test_a_scripted_policy_keeps_a_field_someone_else_set_and_the_oracle_corrects_it(env):
+    """The teacher finishes episodes others began (the improver, step-mode GRPO's reward): it fills the empty
+    fields and keeps the ones already set, so the value an action set is what the return measures. The oracle
+    corrects every field that is not gold."""
+    checked = 0
+    for seed in range(20):
+        observation = env.reset(seed, "holdout")
+        teacher_first = POLICIES[TEACHER]().act(observation, env)
+        field = next(c for c in observation.candidates if format_action(c.id) == teacher_first).args[0]
+        other = next(
+            (
+                c
+                for c in observation.candidates
+                if c.kind == "set" and c.args[0] == field and format_action(c.id) != teacher_first
+            ),
+            None,
+        )
+        if other is None:
+            continue
+        result = env.step(format_action(other.id))
+        if result.done:  # a schema-copying value ends the episode (the anti-cheat rule): nothing to continue
+            continue
+        kept = dict(result.observation.obj)[field]
+        for name in (TEACHER, "evidence_expert", "schema_defaults"):
+            follow = JsonTasksEnv()
+            state = follow.restore(seed, "holdout", [format_action(other.id)])
+            policy = POLICIES[name]()
+            policy.begin(seed)
+            while True:
+                step = follow.step(policy.act(state, follow))
+                if step.done:
+                    break
+                state = step.observation
+                assert dict(state.obj)[field] == kept, (name, seed)
+        follow = JsonTasksEnv()
+        state, oracle = follow.restore(seed, "holdout", [format_action(other.id)]), POLICIES["oracle"]()
+        oracle.begin(seed)
+        while not (step := follow.step(oracle.act(state, follow))).done:
+            state = step.observation
+        if field in follow.gold and follow.gold[field] != kept:
+            assert dict(state.obj)[field] == follow.gold[field]  # the oracle rewrote the field to gold
+            checked += 1
+        assert step.info["episode_return"] >= 0.95  # all gold; one step more than it needed costs a little
+    assert checked >= 10, checked
+
+
+@pytest.mark.slow
+def test_the_improver_has_headroom_over_the_teacher():
+    """The teacher's one-step improvement (what step-mode GRPO's reward points to) beats the teacher clearly: it
+    measured 0.968 against 0.799 on 60 holdout seeds; when the teacher rewrote every field it was exactly 0.799."""
+    from lib.episodes import Improver
+
+    spec, env = get_spec("json_tasks"), JsonTasksEnv()
+    teacher = fmean(run_episode(env, POLICIES[TEACHER](), s, "holdout").episode_return for s in range(30))
+    improver = fmean(run_episode(env, Improver(spec), s, "holdout").episode_return for s in range(30))
+    assert improver >= teacher + 0.10, (teacher, improver)
+
+
 # ---- baseline bars ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def baseline_means():

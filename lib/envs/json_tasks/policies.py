@@ -40,13 +40,19 @@ def submit(observation) -> str:
     return format_action(by_key(observation, ("submit",)).id)
 
 
-def fill_then_submit(observation, desired: dict[str, Any]) -> str:
-    """Set the first schema field (in schema order) whose value differs from `desired`; submit when none does.
-    A field whose desired value is None or not offered is left as it is."""
+def fill_then_submit(observation, desired: dict[str, Any], *, overwrite: bool = False) -> str:
+    """Set the first empty schema field (in schema order) to its `desired` value; submit when none is left. A field
+    whose desired value is None or not offered is left empty.
+
+    A field that is already set keeps its value (unless `overwrite`, the oracle's way: it corrects every field that
+    is not gold). Alone, a policy sets each field once, so this changes nothing it does; it matters when a policy
+    finishes an episode somebody else began, as the teacher does for the improver and for step-mode GRPO's reward.
+    There a teacher that rewrote every field to its own choice would undo the very answer being scored: the
+    improver measured exactly the teacher's 0.799 on 60 holdout seeds that way, and 0.968 with fields kept."""
     current = dict(observation.obj)
     for field in observation.schema["properties"]:
         value = desired.get(field)
-        if value is None or (field in current and identical(current[field], value)):
+        if value is None or (field in current and (not overwrite or identical(current[field], value))):
             continue
         if any(identical(value, v) for v in offered(observation, field)):
             return set_action(observation, field, value)
@@ -284,7 +290,7 @@ class OraclePolicy(Policy):
             lookup = by_key(observation, ("lookup", field))
             if lookup is not None and not any(identical(value, v) for v in offered(observation, field)):
                 return format_action(lookup.id)
-        return fill_then_submit(observation, gold)
+        return fill_then_submit(observation, gold, overwrite=True)
 
 
 # ---- trivial policies ----------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_a_multi_environment_run_picks_each_environments_profile_and_tables_them
     runs = sorted({Path(m.group(1)) for m in re.finditer(r"summary (outputs/\S+) -->", README)})
     table = environment_table([REPO / r for r in runs]).splitlines()
     envs = {line.split(" | ")[0].strip("| ") for line in table[2:]}
-    assert envs == {"polyguard", "sentinel_trust", "sentinel_cluster"}
+    assert envs == {"polyguard", "sentinel_trust", "json_tasks"}
     assert all(line.count("[") == 2 for line in table[2:])  # a CI on both splits for every policy
 
 

@@ -155,6 +155,23 @@ def test_missing_input_is_not_drawn(tmp_path):
     assert not (tmp_path / "charts").exists()
 
 
+def test_a_chart_of_what_the_run_chose_not_to_measure_is_left_out_with_the_reason(tmp_path):
+    """`eval.ablations: []` is a valid config: the evaluate stage must not fail on the ablations chart, and a chart
+    left over from a fork's base is removed rather than shown as this run's."""
+    _write(tmp_path / plots.EVAL, {"ablations": {}})
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "charts" / "ablations.png").write_bytes(b"the base run's chart")
+    chart = plots.draw(tmp_path, "ablations")
+    assert chart.figure is None and chart.path is None and chart.missing == []
+    assert chart.message == "chart 'ablations' not drawn: the run measured no ablations (eval.ablations is empty)"
+    assert plots.show(tmp_path, "ablations") is None
+    assert not (tmp_path / "charts" / "ablations.png").exists()
+    # recorded but none measured (a model was not trained) is still an error naming them
+    _write(tmp_path / plots.EVAL, {"ablations": {"no_sft": {"mean_return": None}}})
+    with pytest.raises(ValueError, match=r"no measured ablations \(not measured: \['no_sft'\]\)"):
+        plots.draw(tmp_path, "ablations")
+
+
 def test_input_without_what_the_chart_needs_raises(tmp_path):
     _write(tmp_path / plots.SFT_LOG, [{"step": 8, "train_loss": 6.2}])
     with pytest.raises(ValueError, match="loss"):

@@ -215,9 +215,16 @@ def postsave(run_dir: Path) -> Figure:
     return figure
 
 
+class NothingToDraw(Exception):
+    """The run chose not to measure what a chart shows (for example `eval.ablations: []`): the chart is left out
+    with this reason, and the stage goes on."""
+
+
 def ablations(run_dir: Path) -> Figure:
     """Each ablation's holdout mean return (95% CI), and its paired difference with what it is compared with."""
     recorded = _read(run_dir, EVAL)["ablations"]
+    if not recorded:
+        raise NothingToDraw("the run measured no ablations (eval.ablations is empty)")
     entries = {name: a for name, a in recorded.items() if a["mean_return"] is not None}  # measured ones only
     missing = sorted(set(recorded) - set(entries))  # e.g. no_sft when its model was not trained in this run
     if not entries:
@@ -271,12 +278,15 @@ class Chart:
     figure: Figure | None
     missing: list[str]
     path: Path | None
+    skipped: str | None = None  # why a chart with all its inputs has nothing to draw (NothingToDraw)
 
     @property
     def message(self) -> str:
         state = (
             f"not drawn: missing {', '.join(self.missing)}"
             if self.missing
+            else f"not drawn: {self.skipped}"
+            if self.skipped
             else f"saved to {self.path}"
             if self.path
             else "drawn"
@@ -295,6 +305,11 @@ def draw(run_dir, name: str, save: bool = True) -> Chart:
         return Chart(name, None, missing, None)
     try:
         figure = function(run_dir)
+    except NothingToDraw as reason:
+        stale = run_dir / "charts" / f"{name}.png"
+        if save and stale.is_file():
+            stale.unlink()  # a chart drawn before (a fork's base, say) would show what this run did not measure
+        return Chart(name, None, [], None, skipped=str(reason))
     except (KeyError, IndexError, TypeError) as error:
         # A file from a broken or older stage: name the chart and its inputs, not only the missing key.
         raise ValueError(f"chart {name!r}: {', '.join(inputs)} lack what it needs ({error!r})") from error

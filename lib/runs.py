@@ -239,8 +239,14 @@ class Run:
             return resolve_run_paths(record, self.dir)
         atomic_write_json(self.stage_dir(stage) / "stage.json", record)
         manifest = self.manifest()
-        # world_size: the processes that ran the stage (more than 1 under accelerate launch / torchrun)
-        manifest["stages"][stage] = {"status": status, "duration_s": record["duration_s"], "world_size": world_size()}
+        # world_size: the processes that ran the stage (more than 1 under accelerate launch / torchrun); git: the
+        # commit the stage ran at, which differs from the run's when a stage is re-run or resumed later
+        manifest["stages"][stage] = {
+            "status": status,
+            "duration_s": record["duration_s"],
+            "world_size": world_size(),
+            "git": git_state(),
+        }
         manifest["ended"] = now()
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])

@@ -8,7 +8,7 @@ from lib.config import load_config
 from lib.envs.base import SEEDS_PER_SPLIT
 from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv, render
-from lib.runs import Run
+from lib.runs import Run, git_state
 from lib.training.corpus import CorpusHashError, read_jsonl, run_corpus
 
 MICRO = {"corpus.sft_episodes": 12, "corpus.grpo_prompts": 24, "corpus.grpo_improvable_share": 0.0}  # states as sampled
@@ -53,6 +53,8 @@ def test_same_seed_same_hashes_and_they_reach_the_manifest(corpus_run, tmp_path)
     again = run_corpus(config, Run(tmp_path / "again", config))
     assert again["metrics"]["hashes"] == record["metrics"]["hashes"]
     assert run.manifest()["corpus_hashes"] == record["metrics"]["hashes"]
+    # each stage records the commit it ran at (a stage re-run later shows its own, not the run's first)
+    assert run.manifest()["stages"]["corpus"]["git"] == git_state() == run.manifest()["git"]
 
 
 @pytest.mark.slow

@@ -2,13 +2,13 @@
 which cites nothing outside the repository."""
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lib.reporting.summary import run_results
+from tests.committed import committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -32,15 +32,14 @@ def test_every_generated_table_is_what_the_summary_command_prints_for_its_commit
 
 
 def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
-    tracked = subprocess.run(["git", "ls-files", "outputs"], cwd=REPO, capture_output=True, text=True).stdout.split()
-    committed = {Path(p).parts[1] for p in tracked}
+    committed = {run.name for run in committed_runs()}
     # a run id in its default form (date-time-profile) anywhere in the README, and any committed run it names
     quoted = set(re.findall(r"outputs/(\d{8}-\d{6}-[\w.-]+?)(?=[/`)\s])", README))
     quoted |= {name for name in committed if re.search(rf"outputs/{re.escape(name)}(?=[/`)\s])", README)}
     assert committed == quoted, (committed, quoted)
     # and every run folder the README cites by path (whatever its id) is one git tracks: outputs/ is ignored, so a
     # run that exists here but was never `git add -f`-ed would be missing from a clean checkout
-    cited = {m for m in re.findall(r"outputs/([\w.-]+)/", README) if (REPO / "outputs" / m).is_dir()}
+    cited = {m for m in re.findall(r"outputs/([\w.-]+?)(?=[/`)\s])", README) if (REPO / "outputs" / m).is_dir()}
     assert cited <= committed, f"cited but not committed (git add -f): {sorted(cited - committed)}"
 
 

@@ -6,7 +6,6 @@ import gzip
 import io
 import json
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -17,11 +16,10 @@ from lib.__main__ import main
 from lib.export.package import UnsafeArchiveError, package_run, verify_archive
 from lib.reporting.logs import RUN_ROW, logs_table
 from lib.reporting.sweep import SWEEP, NoCheckpointsError, expected_steps, sweep_checkpoints
+from tests.committed import committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
-# the committed runs (what git tracks under outputs/), not whatever else a local outputs/ holds
-_TRACKED = subprocess.run(["git", "ls-files", "outputs"], cwd=REPO, capture_output=True, text=True).stdout.split()
-RUNS = sorted({REPO / "outputs" / Path(p).parts[1] for p in _TRACKED if Path(p).name == "manifest.json"})
+RUNS = committed_runs()
 SMOKE = REPO / "outputs" / "20261123-141137-cpu-smoke"
 
 

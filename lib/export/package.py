@@ -52,14 +52,11 @@ def _left_out(paths: list[PurePosixPath]) -> list[str]:
 
 
 def missing_gate_inputs(run_dir: Path, manifest: dict) -> list[str]:
-    """The files the gate re-reads that the run folder lacks: the corpus files whose hashes the manifest records, and
-    the evaluated episodes once the run has an evaluation (a run trimmed for committing, for example). A package
-    without them still verifies file by file, but the gate on its copy fails `manifest_valid` and
-    `every_action_has_provenance`."""
-    needed = [f"corpus/{name}" for name in sorted(manifest.get("corpus_hashes") or {})]
-    if (run_dir / "evaluate" / "eval.json").is_file():
-        needed.append("evaluate/episodes.jsonl")
-    return [name for name in needed if not (run_dir / name).is_file()]
+    """What the gate re-reads (`gate.reread_files`) that the run folder lacks: a package without it still verifies
+    file by file, but the gate on its copy fails `manifest_valid` and `every_action_has_provenance`."""
+    from ..reporting.gate import reread_files
+
+    return [name for name in reread_files(run_dir, manifest) if not (run_dir / name).is_file()]
 
 
 def package_run(run_dir: Path | str, out: Path | str | None = None, weights: bool = False) -> dict:

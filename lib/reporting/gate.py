@@ -96,6 +96,17 @@ def _manifest(run_dir: Path) -> str:
     )
 
 
+EPISODES = "evaluate/episodes.jsonl"
+
+
+def reread_files(run_dir: Path, manifest: dict) -> list[str]:
+    """The files the gate re-reads beyond the small records: the corpus files whose hashes the manifest records
+    (`manifest_valid`) and, once the run has an evaluation, its episodes (`every_action_has_provenance`). A run
+    folder trimmed of them (the committed reference runs) cannot pass those two checks."""
+    needed = [f"corpus/{name}" for name in sorted(manifest.get("corpus_hashes") or {})]
+    return needed + ([EPISODES] if (Path(run_dir) / "evaluate" / "eval.json").is_file() else [])
+
+
 def _backends(run_dir: Path) -> str:
     found = {stage: _read(run_dir, f"{stage}/stage.json")["metrics"].get("backend") for stage in ("sft", "grpo")}
     bad = {s: b for s, b in found.items() if b not in ACCEPTED_BACKENDS}
@@ -140,8 +151,8 @@ def _provenance(run_dir: Path) -> str:
         report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"],
         "eval.json's GRPO artifact is not the trained adapter",
     )
-    path = run_dir / "evaluate" / "episodes.jsonl"
-    _require(path.exists(), "missing evaluate/episodes.jsonl")
+    path = run_dir / EPISODES
+    _require(path.exists(), f"missing {EPISODES}")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     check_provenance(records, report["artifacts"])
     actions = sum(len(r["actions"]) for r in records)

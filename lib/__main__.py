@@ -272,50 +272,6 @@ def _fingerprint(args) -> int:
     return 0
 
 
-def _sweep(args) -> int:
-    from .reporting.plots import draw
-    from .reporting.sweep import run_sweep, sweep_table
-
-    run_sweep(args.run_dir, args.split, args.episodes)
-    print(sweep_table(args.run_dir).to_markdown(index=False))
-    print(draw(args.run_dir, "sweep").message)
-    print(f"report.md shows it once the report runs again: python -m lib stage report --run-dir {args.run_dir}")
-    return 0
-
-
-def _package(args) -> int:
-    from .export.package import package_run
-
-    record = package_run(args.run_dir, args.out, args.weights)
-    left = f"; left out: {', '.join(record['left_out'])}" if record["left_out"] else ""
-    print(f"wrote {record['archive']} ({record['files']} files + SHA256SUMS, sha256 {record['sha256'][:12]}){left}")
-    if record["missing_gate_inputs"]:
-        print(
-            f"warning: the run folder lacks what the gate re-reads ({', '.join(record['missing_gate_inputs'])}): "
-            "verify will find the files intact but the gate on the copy will fail"
-        )
-    return 0
-
-
-def _verify(args) -> int:
-    from .export.package import format_verification, verify_archive
-
-    result = verify_archive(args.archive, args.into)
-    print(format_verification(result))
-    return 0 if result["ok"] else 1 if not result["files"].ok else 3
-
-
-def _logs(args) -> int:
-    from .reporting.logs import logs_table, markdown, write_csv
-
-    table = logs_table(args.runs)
-    print(markdown(table))
-    if args.out:
-        write_csv(table, args.out)
-        print(f"wrote {args.out}")
-    return 0
-
-
 def _imports(args) -> int:
     from .imports import cycles, env_violations, hidden_imports, report
 
@@ -330,6 +286,7 @@ def _add_set(parser, help="config overrides, e.g. grpo.max_steps=5; repeat --set
 def main(argv=None) -> int:
     from .envs import builtin_names
     from .pipeline.stages import STAGE_NAMES
+    from .reporting.cli import add_run_tool_verbs
     from .serve.cli import add_serve_verbs
 
     parser = argparse.ArgumentParser(prog="python -m lib", description="Agent RL workbook")
@@ -477,29 +434,7 @@ def main(argv=None) -> int:
     f.add_argument("--ignore", nargs="+", default=[], metavar="INFO_KEY", help="info keys left out of the step hash")
     f.add_argument("--out", type=Path, default=None)
     f.set_defaults(func=_fingerprint)
-    w = verbs.add_parser(
-        "sweep",
-        help="every saved GRPO checkpoint (and SFT as step 0) played on the same seeds: sweep/sweep.json + chart",
-    )
-    w.add_argument("--run-dir", type=Path, required=True)
-    w.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
-    w.add_argument("--episodes", type=int, default=50, help="the first N of the evaluation's seeds of --split")
-    w.set_defaults(func=_sweep)
-    k = verbs.add_parser("package", help="one tar.gz of a run with SHA256SUMS inside (weights only with --weights)")
-    k.add_argument("--run-dir", type=Path, required=True)
-    k.add_argument("--out", type=Path, default=None, help="default: <run-dir>.tar.gz beside the run folder")
-    k.add_argument("--weights", action="store_true", help="include model, adapter, merged and checkpoint weights")
-    k.set_defaults(func=_package)
-    v = verbs.add_parser(
-        "verify", help="re-check every file of a package against its SHA256SUMS, then run the gate on the unpacked copy"
-    )
-    v.add_argument("archive", type=Path)
-    v.add_argument("--into", type=Path, default=None, help="unpack here and keep it (default: a temporary folder)")
-    v.set_defaults(func=_verify)
-    o = verbs.add_parser("logs", help="per-stage and per-run summaries of runs as a Markdown table and a CSV")
-    o.add_argument("runs", nargs="+", type=Path)
-    o.add_argument("--out", type=Path, default=None, help="the CSV")
-    o.set_defaults(func=_logs)
+    add_run_tool_verbs(verbs)
     i = verbs.add_parser(
         "imports",
         help="each generic module's workbook imports; fails on an environment import, a cycle or an import "

@@ -8,12 +8,15 @@ from pathlib import Path
 
 
 def _baselines(args) -> int:
-    from .envs import UnknownEnvironmentError, builtin_names
+    from .envs import UnknownEnvironmentError, builtin_names, get_spec
     from .evaluation.baselines import format_table, markdown_table, run_baselines, write_report
 
     if args.env is None:
         raise UnknownEnvironmentError(f"--env is required: one of {builtin_names()} or a dotted module path")
-    reports = {split: run_baselines(args.env, split, args.episodes, args.seed, args.policies) for split in args.split}
+    spec = get_spec(args.env)
+    reports = {
+        split: run_baselines(spec, split, args.episodes, args.seed, args.policies, env=args.env) for split in args.split
+    }
     for report in reports.values():
         print(format_table(report))
     if args.markdown:
@@ -170,9 +173,9 @@ def _fork(args) -> int:
 
 
 def _gate(args) -> int:
-    from .reporting.gate import format_verdict, run_gate
+    from .reporting.gate import format_verdict, require_run_folder, run_gate
 
-    verdict = run_gate(args.run_dir)
+    verdict = run_gate(require_run_folder(args.run_dir))
     print(format_verdict(verdict))
     return 0 if verdict["passed"] else 1
 
@@ -249,10 +252,13 @@ def _summary(args) -> int:
 
 
 def _env_table(args) -> int:
+    from .envs import get_spec
     from .evaluation.baselines import run_baselines
     from .reporting.env_tables import env_tables
 
-    print(env_tables({split: run_baselines(args.env, split, args.episodes, args.seed) for split in args.split}))
+    spec = get_spec(args.env)
+    reports = {split: run_baselines(spec, split, args.episodes, args.seed, env=args.env) for split in args.split}
+    print(env_tables(reports))
     return 0
 
 

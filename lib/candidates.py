@@ -8,12 +8,14 @@ exact probability. Used wherever the model acts when `model.action_space` is `ca
 (lib/training/rollout.py), evaluation and post-save (lib/inference.py's actors), the probes and the validation
 curve.
 
-The prompt is run once per state and its key/value cache is shared by every candidate's answer, so scoring k
-candidates costs about as much as generating one answer.
+The prompt is read once per state, in a batch with no padding mask, and every candidate's own tokens are then
+scored against its cache in one small second pass (`score_answers`), so scoring k candidates costs little more
+than reading the prompt once.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -41,65 +43,116 @@ def answer_ids(tokenizer, answer: str) -> list[int]:
     return tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
-def _select_cache(cache, rows: torch.Tensor):
-    from transformers import DynamicCache
+@functools.lru_cache(maxsize=4096)
+def _answer_ids_cached(tokenizer, answer: str) -> tuple[int, ...]:
+    return tuple(answer_ids(tokenizer, answer))
 
-    selected = DynamicCache()
-    for index, layer in enumerate(cache.layers):
-        selected.update(layer.keys.index_select(0, rows), layer.values.index_select(0, rows), index)
-    return selected
+
+def _shared_prefix(tails: list[tuple[int, ...]]) -> int:
+    """How many leading tokens every answer shares (each keeps at least one token of its own)."""
+    common = 0
+    while all(len(t) > common + 1 for t in tails) and len({t[common] for t in tails}) == 1:
+        common += 1
+    return common
 
 
 @torch.no_grad()
 def score_answers(
-    model, tokenizer, message_batches: list[list[dict]], answer_batches: list[list[str]], max_rows: int = 256
+    model, tokenizer, message_batches: list[list[dict]], answer_batches: list[list[str]], max_tokens: int = 32_768
 ) -> list[list[float]]:
     """log p(answer, then end of turn | prompt) of every answer of every prompt.
 
-    One forward pass over the prompts (left-padded, in chunks of `max_rows`) fills a key/value cache; each
-    answer's tokens are then scored against its own prompt's cache, `max_rows` answers at a time."""
+    Two forward passes per batch of states, neither of which copies a cache per answer:
+    1. the prompts, each followed by the tokens all its answers share (`{"action": "`), right-padded, so no row needs
+       a mask (a causal model never looks ahead to the padding): the key/value cache and the hidden states;
+    2. every answer's own tokens, all answers of a state side by side in one row, under a 4D attention mask by
+       which each answer sees its state's cache and its own earlier tokens only (position ids continue the prompt).
+    Only the hidden states that predict answer tokens go through the output layer. States are sorted by length and
+    batched up to `max_tokens` prompt tokens a pass; the scores come back in the order given."""
     device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id
-    scores: list[list[float]] = [[] for _ in message_batches]
-    for start in range(0, len(message_batches), max_rows):
-        prompts = [prompt_ids(tokenizer, m) for m in message_batches[start : start + max_rows]]
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, p in enumerate(prompts):
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
-        first = out.logits[:, -1].float().log_softmax(-1)  # predicts each answer's first token
-        pairs = [
-            (row, answer_ids(tokenizer, a))
-            for row, batch in enumerate(answer_batches[start : start + max_rows])
-            for a in batch
-        ]
-        totals: list[float] = []
-        for chunk in range(0, len(pairs), max_rows):
-            part = pairs[chunk : chunk + max_rows]
-            rows = torch.tensor([r for r, _ in part], device=device)
-            length = max(len(t) for _, t in part)
-            tails = torch.full((len(part), length), pad, dtype=torch.long, device=device)
-            for i, (_, t) in enumerate(part):
-                tails[i, : len(t)] = torch.tensor(t, device=device)
-            cache = _select_cache(out.past_key_values, rows)
-            tail_mask = torch.cat([mask.index_select(0, rows), torch.ones_like(tails)], dim=1)
-            logits = model(input_ids=tails, attention_mask=tail_mask, past_key_values=cache).logits.float()
-            following = logits[:, :-1].log_softmax(-1)  # position j predicts tail token j + 1
-            for i, (row, t) in enumerate(part):
-                target = tails[i, : len(t)]
-                total = first[row, target[0]]
-                if len(t) > 1:
-                    total = total + following[i, torch.arange(len(t) - 1, device=device), target[1:]].sum()
-                totals.append(float(total))
-        position = 0
-        for row, batch in enumerate(answer_batches[start : start + max_rows]):
-            scores[start + row] = totals[position : position + len(batch)]
-            position += len(batch)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows = []
+    for messages, offered in zip(message_batches, answer_batches):
+        tails = [_answer_ids_cached(tokenizer, a) for a in offered]
+        common = _shared_prefix(tails)
+        prompt = prompt_ids(tokenizer, messages)
+        rows.append((prompt + list(tails[0][:common]), len(prompt), common, tails))
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    scores: list[list[float]] = [[] for _ in rows]
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * len(rows[order[end]][0]) <= max_tokens:
+            end += 1
+        batch = order[start:end]
+        for index, values in zip(batch, _score_rows(model, [rows[i] for i in batch], pad, device)):
+            scores[index] = values
+        start = end
     return scores
+
+
+def _score_rows(model, rows, pad: int, device) -> list[list[float]]:
+    count, width = len(rows), max(len(r[0]) for r in rows)
+    ids = torch.full((count, width), pad, dtype=torch.long)
+    for i, (shared, *_) in enumerate(rows):
+        ids[i, : len(shared)] = torch.tensor(shared)
+    decoder = model.get_decoder()
+    first = decoder(input_ids=ids.to(device), use_cache=True)
+    # pass 2: the answers' own tokens, a state's answers side by side
+    suffix_width = max(sum(len(t) - common for t in tails) for _, _, common, tails in rows)
+    suffix_ids = torch.full((count, suffix_width), pad, dtype=torch.long)
+    owner = torch.full((count, suffix_width), -1, dtype=torch.long)  # which answer a token is of (-1: padding)
+    positions = torch.zeros((count, suffix_width), dtype=torch.long)
+    for i, (shared, _, common, tails) in enumerate(rows):
+        column = 0
+        for j, tail in enumerate(tails):
+            own = tail[common:]
+            suffix_ids[i, column : column + len(own)] = torch.tensor(own)
+            owner[i, column : column + len(own)] = j
+            positions[i, column : column + len(own)] = torch.arange(len(shared), len(shared) + len(own))
+            column += len(own)
+    lengths = torch.tensor([len(r[0]) for r in rows])
+    real = owner >= 0
+    sees_prompt = (torch.arange(width)[None, None, :] < lengths[:, None, None]) & real[:, :, None]
+    column = torch.arange(suffix_width)
+    sees_own = (
+        (owner[:, None, :] == owner[:, :, None]) & (column[None, None, :] <= column[None, :, None]) & real[:, :, None]
+    )
+    sees_own |= torch.eye(suffix_width, dtype=torch.bool)[None]  # a padding token sees itself: no row is all masked
+    allowed = torch.cat([sees_prompt, sees_own], dim=2)[:, None]
+    dtype = first.last_hidden_state.dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    second = decoder(
+        input_ids=suffix_ids.to(device),
+        position_ids=positions.to(device),
+        attention_mask=mask.to(device),
+        past_key_values=first.past_key_values,
+        use_cache=False,
+    )
+    # every answer token with the hidden state that predicts it
+    vectors, targets, answer_of = [], [], []
+    total = 0
+    for i, (_, prompt_length, common, tails) in enumerate(rows):
+        column = 0
+        for j, tail in enumerate(tails):
+            own = tail[common:]
+            predictors = [first.last_hidden_state[i, prompt_length - 1 + q] for q in range(common + 1)]
+            predictors += [second.last_hidden_state[i, column + q] for q in range(len(own) - 1)]
+            vectors += predictors
+            targets += list(tail)
+            answer_of += [total + j] * len(tail)
+            column += len(own)
+        total += len(tails)
+    logprobs = model.get_output_embeddings()(torch.stack(vectors)).float().log_softmax(-1)
+    picked = logprobs[torch.arange(len(targets), device=logprobs.device), torch.tensor(targets, device=logprobs.device)]
+    sums = torch.zeros(total, dtype=torch.double, device=logprobs.device)
+    sums.index_add_(0, torch.tensor(answer_of, device=logprobs.device), picked.double())
+    flat = sums.tolist()
+    result, position = [], 0
+    for *_, tails in rows:
+        result.append(flat[position : position + len(tails)])
+        position += len(tails)
+    return result
 
 
 def distribution(logprobs: list[float], temperature: float = 1.0) -> list[float]:

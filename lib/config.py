@@ -6,10 +6,13 @@ Used by every stage (`python -m lib stage ...`, `python -m lib run ...`) and eve
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from .envs.spec import EnvSpec
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -189,11 +192,29 @@ class GRPOStageConfig(Strict):
     )
     env_url: str | None = Field(
         None,
-        description="multi_turn: the base url of a running `python -m lib serve --env <env>`; unset: the grpo "
-        "stage starts one on localhost and stops it when training ends",
+        description="multi_turn: the base url of a running `python -m lib serve --env <env>` to play against over "
+        "the wire (OpenEnv); unset: episodes are played in this process, and no server is started",
     )
     max_turns: int = Field(
         300, ge=1, description="multi_turn: an episode still running after this many turns is cut off (reward 0)"
+    )
+    train_turns: Literal["all", "one"] = Field(
+        "all",
+        description="multi_turn: which played turns become training rows: all of them (each with its episode's "
+        "advantage against its group), or one drawn uniformly per episode (the earlier recipe)",
+    )
+    turn_weight: Literal["episode", "turn"] = Field(
+        "episode",
+        description="multi_turn with train_turns all: each episode's turns share its advantage equally (episode: "
+        "weight mean_T / T, every episode counts the same) or each turn carries it whole (turn: REINFORCE's sum over "
+        "the episode's turns, long episodes weigh more)",
+    )
+    turn_rows: int = Field(
+        12,
+        ge=1,
+        description="multi_turn with train_turns all: training rows per played episode. A start's group has "
+        "num_generations x turn_rows rows: fewer played turns are padded with masked rows, more are subsampled "
+        "uniformly (reweighted so the expected update is unchanged)",
     )
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
@@ -281,11 +302,16 @@ class RunConfig(Strict):
     export: ExportConfig = ExportConfig()
 
     @property
-    def reference_policy(self) -> str:
-        """The policy that finishes episodes in the GRPO reward: grpo.reference_policy, else the env's teacher."""
+    def spec(self) -> EnvSpec:
+        """The run's environment: `lib.envs.get_spec(env, env_args)` (memoised there, so this is cheap)."""
         from .envs import get_spec
 
-        return self.grpo.reference_policy or get_spec(self.env).teacher
+        return get_spec(self.env, self.env_args)
+
+    @property
+    def reference_policy(self) -> str:
+        """The policy that finishes episodes in the GRPO reward: grpo.reference_policy, else the env's teacher."""
+        return self.grpo.reference_policy or self.spec.teacher
 
     @field_validator("env")
     @classmethod
@@ -297,11 +323,9 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _known_to_the_environment(self):
-        """The environment exists, and every policy the config names is one it defines."""
-        from .envs import configure, get_spec
-
-        configure(self.env, self.env_args)  # a bad argument (or a bad file it names) is an error here
-        spec = get_spec(self.env)
+        """The environment builds with env_args (a bad argument, or a bad file it names, is an error here), and
+        every policy the config names is one it defines. Nothing outside the config changes."""
+        spec = self.spec
         named = {
             "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
             "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or [],

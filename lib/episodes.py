@@ -77,6 +77,7 @@ class Step:
 
 
 Actor = Callable[[list[Live]], list[str]]
+CUT_OFF = "cut_off"  # the end reason of an episode `play` stopped at `max_turns`
 
 
 def play(
@@ -87,11 +88,14 @@ def play(
     batch_size: int = 1,
     on_step: Callable[[Step], None] | None = None,
     desc: str | None = None,
+    max_turns: int | None = None,
 ) -> list[Episode]:
     """Play every start to its end; returns the episodes in the order of `starts`.
 
     Up to `batch_size` episodes are live at once (each in its own `make_env()` environment, made once per slot
-    and reused); `act(live)` returns one action text per live episode."""
+    and reused); `act(live)` returns one action text per live episode. With `max_turns`, an episode still running
+    after that many answers is cut off: end reason `cut_off`, return 0 (multi-turn GRPO's bound on a policy that
+    never ends its episodes)."""
     queue = list(starts)[::-1]
     total = len(queue)
     results: list[Episode | None] = [None] * total
@@ -143,9 +147,18 @@ def play(
             if on_step is not None:
                 on_step(Step(entry, entry.observation, histories[position], text, result, latency))
             entry.extra = {}
-            if not _finish(entry, result, results, free, progress):
-                entry.observation = result.observation
-                still.append(entry)
+            if _finish(entry, result, results, free, progress):
+                continue
+            if max_turns is not None and entry.steps >= max_turns:
+                results[entry.index] = Episode(
+                    entry.seed, entry.start.split, 0.0, entry.steps, entry.invalid, CUT_OFF, {}
+                )
+                free.append(entry.env)
+                if progress is not None:
+                    progress.update(1)
+                continue
+            entry.observation = result.observation
+            still.append(entry)
         live = still
     if progress is not None:
         progress.close()

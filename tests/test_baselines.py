@@ -14,7 +14,7 @@ TRIVIAL = SPEC.trivial
 
 @pytest.fixture(scope="module", params=["holdout", "holdout_novel"])
 def report(request):
-    return run_baselines("polyguard", request.param, 500, 0)
+    return run_baselines(SPEC, request.param, 500, 0)
 
 
 @pytest.mark.slow

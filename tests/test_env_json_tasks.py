@@ -1,5 +1,6 @@
 """json_tasks: protocol, determinism, strict parsing, scoring with jsonschema, the anti-cheat rule, lookups, no
-hidden-state leak, baseline bars, harmful attacks, splits (novel schemas), tasks files and `lib.envs.configure`."""
+hidden-state leak, baseline bars, harmful attacks, splits (novel schemas), tasks files and the registry's
+`get_spec(name, args)`."""
 
 import json
 import os
@@ -12,6 +13,7 @@ from statistics import fmean
 import pytest
 
 import lib.envs as envs
+from lib.config import ConfigError, load_config
 from lib.envs import EnvironmentArgsError, get_spec
 from lib.envs.base import MAX_ACTION_CHARS, MAX_CONSECUTIVE_INVALID, format_action, split_seed
 from lib.envs.json_tasks import JsonTasksEnv, TasksFileError, make_spec
@@ -720,49 +722,67 @@ def test_offered_values_of_a_file_task_are_the_gold_and_distractors_from_its_tex
     assert all(len(format_action(f"set:{f}={v}")) <= MAX_ACTION_CHARS for f, vs in options.items() for v in vs)
 
 
-# ---- the registry and configure ---------------------------------------------------------------------------
-@pytest.fixture
-def registry(monkeypatch):
-    """A registry with nothing configured, restored afterwards (configure is per process)."""
-    monkeypatch.setattr(envs, "_CONFIGURED", {})
-    envs.get_spec.cache_clear()
-    yield envs
-    envs.get_spec.cache_clear()
-
-
-def test_configure_builds_the_environment_with_its_arguments(registry, tmp_path):
-    path = str(_write(tmp_path, _good_lines()))
-    builtin = registry.get_spec("json_tasks")
-    registry.configure("json_tasks", {})  # empty: a no-op
-    assert registry.get_spec("json_tasks") is builtin and registry.configured("json_tasks") == {}
-    registry.configure("json_tasks", {"tasks": path})
-    spec = registry.get_spec("json_tasks")
-    assert spec is not builtin and registry.configured("json_tasks") == {"tasks": path}
-    env = registry.make_env("json_tasks")
+# ---- the registry: environments built from (name, args), no process state --------------------------------
+def _holdout_gold(spec):
+    env = spec.make_env()
     env.reset(0, "holdout")
-    assert env.task.gold == TABLE["gold"]
-    registry.configure("json_tasks", {"tasks": path})  # the same again: a no-op
-    assert registry.get_spec("json_tasks") is spec
-    with pytest.raises(EnvironmentArgsError, match="already configured with"):
-        registry.configure("json_tasks", {"tasks": path + ".other"})
+    return env.task.gold
 
 
-def test_configure_rejects_unknown_arguments_and_environments_without_any(registry):
+def test_validating_a_config_with_env_args_changes_no_state(tmp_path):
+    builtin = get_spec("json_tasks")
+    path = str(_write(tmp_path, _good_lines()))
+    config = load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": path}})
+    assert config.spec is not builtin and config.spec is config.spec  # memoised: the same spec every time
+    assert _holdout_gold(config.spec) == TABLE["gold"]
+    assert config.reference_policy == config.spec.teacher
+    assert get_spec("json_tasks") is builtin and get_spec("json_tasks", {}) is builtin  # still the built-in one
+    env = envs.make_env("json_tasks")  # a bare name, as before any config was validated
+    env.reset(0, "holdout")
+    assert env.task.gold != TABLE["gold"]
+    assert load_config("cpu-smoke-json_tasks").spec is builtin
+
+
+def test_two_configurations_of_one_environment_live_side_by_side(tmp_path):
+    own = str(_write(tmp_path, _good_lines()))
+    swapped = str(_write(tmp_path, [TABLE, {**INVOICE, "split": "holdout"}, {**TABLE, "split": "holdout_novel"}], "b"))
+    builtin = get_spec("json_tasks")
+    first, second = get_spec("json_tasks", {"tasks": own}), get_spec("json_tasks", {"tasks": swapped})
+    assert len({id(builtin), id(first), id(second)}) == 3
+    assert get_spec("json_tasks", {"tasks": own}) is first  # memoised on the arguments' values, not the dict
+    at_once = [builtin.make_env(), first.make_env(), second.make_env(), envs.make_env("json_tasks", {"tasks": own})]
+    golds = []
+    for env in at_once:  # made before any is reset: each plays its own configuration's tasks
+        env.reset(0, "holdout")
+        golds.append(env.task.gold)
+    assert golds[1] == golds[3] == TABLE["gold"] and golds[2] == INVOICE["gold"]
+    assert golds[0] not in (TABLE["gold"], INVOICE["gold"])
+    for spec in (builtin, first, second):
+        assert run_episode(spec.make_env(), spec.make_policy("oracle"), 0, "holdout").episode_return == 1.0
+    configs = [load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": p}}) for p in (own, swapped)]
+    assert configs[0].spec is first and configs[1].spec is second and _holdout_gold(first) == TABLE["gold"]
+
+
+def test_bad_arguments_are_clear_errors_and_leave_the_registry_as_it_was(tmp_path):
+    builtin = get_spec("json_tasks")
     with pytest.raises(EnvironmentArgsError, match=r"unknown argument 'task'; it accepts \['tasks'\]"):
-        registry.configure("json_tasks", {"task": "x.jsonl"})
+        get_spec("json_tasks", {"task": "x.jsonl"})
     with pytest.raises(EnvironmentArgsError, match="takes no arguments"):
-        registry.configure("sentinel_trust", {"tasks": "x.jsonl"})
-    assert registry.configured("json_tasks") == {} and registry.configured("sentinel_trust") == {}
-    assert registry.get_spec("json_tasks") is get_spec("json_tasks")
-
-
-def test_configure_with_a_bad_tasks_file_names_the_line_and_records_nothing(registry, tmp_path):
+        get_spec("sentinel_trust", {"tasks": "x.jsonl"})
+    with pytest.raises(EnvironmentArgsError, match="must be JSON values"):
+        get_spec("json_tasks", {"tasks": object()})
+    with pytest.raises(EnvironmentArgsError, match="must map names to values"):
+        envs.make_env("json_tasks", ["tasks"])
     path = _write(tmp_path, [INVOICE, {**TABLE, "gold": {"party": "four", "date": "2025-05-02"}}])
     with pytest.raises(TasksFileError, match=rf"tasks file {re.escape(str(path))}, line 2: gold is not valid"):
-        registry.configure("json_tasks", {"tasks": str(path)})
-    assert registry.configured("json_tasks") == {}
-    registry.configure("json_tasks", {"tasks": str(_write(tmp_path, _good_lines(), "good.jsonl"))})  # still free
-    assert registry.configured("json_tasks")["tasks"].endswith("good.jsonl")
+        get_spec("json_tasks", {"tasks": str(path)})
+    with pytest.raises(ConfigError, match=r"unknown argument 'task'; it accepts \['tasks'\]"):
+        load_config("cpu-smoke-json_tasks", {"env_args": {"task": "x.jsonl"}})
+    with pytest.raises(ConfigError, match=rf"tasks file {re.escape(str(path))}, line 2"):
+        load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": str(path)}})
+    assert get_spec("json_tasks") is builtin and get_spec("sentinel_trust").name == "sentinel_trust"
+    good = get_spec("json_tasks", {"tasks": str(_write(tmp_path, _good_lines(), "good.jsonl"))})
+    assert _holdout_gold(good) == TABLE["gold"]
 
 
 def test_registry_finds_the_spec_and_it_is_consistent():

@@ -1,19 +1,18 @@
-"""grpo.mode: multi_turn: whole episodes against the served environment (OpenEnv), the model acting at every turn,
-the episode's return as the reward; a multi-turn run evaluated and gated like any other; and the replay of its
-trained policy, served without a model, returning exactly the evaluated returns."""
+"""grpo.mode: multi_turn: whole episodes played by the one episode runner (in this process, or against a served
+environment when a URL is given), the model acting at every turn, every played turn a training row; a multi-turn run
+evaluated and gated like any other; the served and in-process paths agreeing; and the replay of its trained policy,
+served without a model, returning exactly the evaluated returns."""
 
 import json
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from lib.candidates import answer_ids, prompt_ids
 from lib.config import ConfigError, load_config
-from lib.envs import get_spec
 from lib.serve import replay
 from lib.serve.launch import served
-from lib.training.multiturn import episode_starts, make_episode_reward, multi_turn_rollout
+from lib.training.multiturn import episode_starts, make_episode_reward, multi_turn_rollout, rows_per_start
 
 pytestmark = pytest.mark.slow  # trains a model and runs the pipeline (make test-fast skips this module)
 
@@ -41,7 +40,7 @@ MICRO = {
 
 @pytest.fixture(scope="module")
 def multi_turn_run(tmp_path_factory):
-    """A PolyGuard run whose GRPO stage played whole episodes through a server it started, then every stage after."""
+    """A PolyGuard run whose GRPO stage played whole episodes in this process, then every stage after."""
     from lib.pipeline.stages import STAGE_NAMES, run_stage
     from lib.runs import Run
 
@@ -58,39 +57,50 @@ def test_multi_turn_needs_the_candidate_policy():
         load_config("cpu-smoke", {"grpo.mode": "episodes"})
 
 
-def test_a_multi_turn_run_trains_through_the_server_and_is_evaluated_and_gated(multi_turn_run):
+def test_a_multi_turn_run_trains_every_turn_in_process_and_is_evaluated_and_gated(multi_turn_run):
     config, run, results = multi_turn_run
     grpo = results["grpo"]["metrics"]
-    assert grpo["mode"] == "multi_turn" and grpo["env_url"].startswith("http://127.0.0.1:")
+    assert grpo["mode"] == "multi_turn" and "env_url" not in grpo  # no server: played in this process
     assert grpo["steps"] == config.grpo.max_steps and grpo["episode_starts"] >= 1
     log = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     trained = [r for r in log if "multi_turn/episode_len" in r]
     assert len(trained) == config.grpo.max_steps and all(r["multi_turn/episode_len"] >= 1 for r in trained)
+    for record in trained:  # every played turn trained (none subsampled at this size)
+        played = record["multi_turn/episode_len"] * config.grpo.batch_size
+        assert record["multi_turn/played_turns"] == pytest.approx(played)
+        assert record["multi_turn/trained_turns"] == min(played, config.grpo.batch_size * config.grpo.turn_rows)
     verdict = results["report"]["verdict"]
     failed = [c for c in verdict["checks"] if not c["passed"] and c["name"] not in ("improved", "beats_teacher")]
     assert verdict["integrity_passed"], failed
     assert "grpo" in results["evaluate"]["metrics"] or (run.dir / "evaluate" / "eval.json").exists()
 
 
-def test_each_sample_is_a_turn_the_policy_played_and_its_reward_the_episode_return(multi_turn_run):
-    """The rollout against a live server: every row's prompt is one turn's own rendered state and its completion one
-    of that state's candidate answers; the reward is the return the answers of its whole episode earn offline."""
+def _rollout_output(config, model, tokenizer, env_url=None, **grpo):
+    g = config.grpo.model_copy(update={"num_generations": 4, **grpo})
+    starts = episode_starts(config.spec, [5000, 5001])
+    group = rows_per_start(g)
+    prompts = [s["prompt"] for s in starts for _ in range(group)]
+    trainer = SimpleNamespace(processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0))
+    rollout = multi_turn_rollout(config.spec, starts, g, 0, env_url=env_url)
+    return rollout(prompts, trainer), rollout(prompts, trainer), g
+
+
+def test_every_row_is_a_turn_the_policy_played_with_its_episode_advantage_and_the_served_path_agrees(multi_turn_run):
+    """The rollout in this process: every trained row's prompt is one turn's own rendered state and its completion one
+    of that state's candidate answers; its episode's return is what the answers of the whole episode earn offline;
+    the rows' rewards are the episode advantages, summing to zero over each start's group. Against a server (the
+    OpenEnv wire) the same seeds draw the same answers and earn the same rewards and returns."""
     from lib.inference import load_policy_model
 
     config, run, _ = multi_turn_run
     model, tokenizer, _ = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
-    starts = episode_starts(config.env, [5000, 5001])
-    prompts = [s["prompt"] for s in starts for _ in range(4)]
-    trainer = SimpleNamespace(processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0))
-    spec = get_spec(config.env)
-    with served(config.env) as url:
-        rollout = multi_turn_rollout({"url": url}, starts, 4, 1.0, 0, 300)
-        out = rollout(prompts, trainer)
-        again = rollout(prompts, trainer)
+    out, again, g = _rollout_output(config, model, tokenizer)
     assert out["episode_answers"] == again["episode_answers"]  # seeded: a resumed run draws the same episodes
-    assert len(out["prompt_ids"]) == len(out["completion_ids"]) == len(out["episode_return"]) == 8
-    for index, (answers, seed, ret) in enumerate(
-        zip(out["episode_answers"], out["episode_seed"], out["episode_return"])
+    group = rows_per_start(g)
+    assert len(out["prompt_ids"]) == len(out["completion_ids"]) == len(out["row_reward"]) == 2 * group
+    spec = config.spec
+    for index, (answers, seed, ret, trained) in enumerate(
+        zip(out["episode_answers"], out["episode_seed"], out["episode_return"], out["row_trained"])
     ):
         env = spec.make_env()
         observation, states = env.reset(seed, "train"), []
@@ -102,8 +112,28 @@ def test_each_sample_is_a_turn_the_policy_played_and_its_reward_the_episode_retu
             observation = result.observation
         assert result.done and result.info["episode_return"] == pytest.approx(ret)
         assert (out["prompt_ids"][index], out["completion_ids"][index]) in states
-    assert make_episode_reward()([""] * 8, **out) == out["episode_return"]
-    assert torch.is_tensor(torch.tensor(out["episode_return"]))
+        assert out["env_mask"][index] == [int(trained)] * len(out["completion_ids"][index])
+    for start in range(2):
+        rows = slice(start * group, (start + 1) * group)
+        assert sum(out["row_reward"][rows]) == pytest.approx(0.0, abs=1e-9)
+    metrics = out["rollout_metrics"]
+    assert sum(out["row_trained"]) == metrics["multi_turn/trained_turns"] <= metrics["multi_turn/played_turns"]
+    assert metrics["multi_turn/trained_turns"] >= min(group, metrics["multi_turn/played_turns"])
+    assert make_episode_reward()([""] * len(out["row_reward"]), **out) == out["row_reward"]
+    with served(config.env) as url:
+        remote, _, _ = _rollout_output(config, model, tokenizer, env_url=url)
+    for key in ("episode_answers", "episode_return", "row_reward", "row_trained", "prompt_ids", "completion_ids"):
+        assert remote[key] == out[key], key
+
+
+def test_one_turn_per_episode_is_the_earlier_recipe(multi_turn_run):
+    from lib.inference import load_policy_model
+
+    config, run, _ = multi_turn_run
+    model, tokenizer, _ = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
+    out, _, g = _rollout_output(config, model, tokenizer, train_turns="one")
+    assert rows_per_start(g) == 4 and len(out["row_reward"]) == 8 and all(out["row_trained"])
+    assert out["row_reward"] == out["episode_return"]  # TRL computes the group advantages itself
 
 
 def test_replay_returns_equal_the_evaluated_returns_and_a_missing_seed_falls_back(multi_turn_run):
@@ -147,7 +177,7 @@ def test_replay_returns_equal_the_evaluated_returns_and_a_missing_seed_falls_bac
 def test_a_damaged_replay_is_an_error_naming_its_line(multi_turn_run, tmp_path):
     import shutil
 
-    _, run, _ = multi_turn_run
+    config, run, _ = multi_turn_run
     if not (run.dir / "replay.jsonl").exists():
         replay.record(run.dir)
     copy = tmp_path / "copy"
@@ -155,6 +185,6 @@ def test_a_damaged_replay_is_an_error_naming_its_line(multi_turn_run, tmp_path):
     lines = (run.dir / "replay.jsonl").read_text().splitlines()
     (copy / "replay.jsonl").write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
     with pytest.raises(replay.ReplayError, match=r"replay.jsonl:2: damaged"):
-        replay.load(copy)
+        replay.load(copy, config.spec)
     with pytest.raises(replay.ReplayError, match="does not exist"):
-        replay.load(tmp_path)
+        replay.load(tmp_path, config.spec)

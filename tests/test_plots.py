@@ -1,9 +1,10 @@
 """lib/reporting/plots.py on a small run folder built in tmp.
 
-Fixture, not a real run: baselines.json comes from `lib.baselines.run_baselines`, and eval.json / episodes.jsonl
-from real episodes of baseline policies played by `lib.evaluation`, with baselines standing in under the model
-names untrained/sft/grpo. The training logs, attack scores and post-save numbers are fixture values written in
-the format their stages write; `training_rule_hits` is computed from the fixture GRPO log by `lib.antihack`.
+Fixture, not a real run: manifest.json records the cpu-smoke config (the run's environment), baselines.json
+comes from `lib.baselines.run_baselines`, and eval.json / episodes.jsonl from real episodes of baseline policies
+played by `lib.evaluation`, with baselines standing in under the model names untrained/sft/grpo. The training
+logs, attack scores and post-save numbers are fixture values written in the format their stages write;
+`training_rule_hits` is computed from the fixture GRPO log by `lib.antihack`.
 """
 
 import json
@@ -14,6 +15,8 @@ matplotlib.use("Agg")
 
 import pytest
 
+from lib.config import load_config
+from lib.envs import get_spec
 from lib.evaluation.antihack import training_rule_hits
 from lib.evaluation.baselines import run_baselines
 from lib.reporting import plots
@@ -37,7 +40,7 @@ def _evaluation(resamples: int = 200):
     for split, seeds in (("holdout", range(8)), ("holdout_novel", range(8)), ("train", range(4))):
         summaries, returns = {}, {}
         for name, policy in STAND_INS.items():
-            episodes, actions = run_policy_episodes("polyguard", policy, seeds, split)
+            episodes, actions = run_policy_episodes(get_spec("polyguard"), policy, seeds, split)
             summaries[name] = {
                 "kind": "baseline" if name == "heuristic" else "model",
                 **summarize(episodes, actions, resamples),
@@ -48,7 +51,7 @@ def _evaluation(resamples: int = 200):
         paired = {f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples) for a, b in PAIRS}
         report["splits"][split] = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": paired}
         if split == "holdout":
-            episodes, actions = run_policy_episodes("polyguard", "oracle", range(4), split)
+            episodes, actions = run_policy_episodes(get_spec("polyguard"), "oracle", range(4), split)
             report["ablations"]["sampled"] = {
                 "policy": "grpo",
                 "compared_with": "grpo greedy",
@@ -69,7 +72,9 @@ def _evaluation(resamples: int = 200):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
-    _write(run / plots.BASELINES, {s: run_baselines("polyguard", s, 20, 0) for s in ("holdout", "holdout_novel")})
+    _write(run / plots.MANIFEST, {"config": load_config("cpu-smoke", {"env": "polyguard"}).model_dump(mode="json")})
+    spec = get_spec("polyguard")
+    _write(run / plots.BASELINES, {s: run_baselines(spec, s, 20, 0) for s in ("holdout", "holdout_novel")})
     _write(
         run / plots.SFT_LOG,
         [{"step": s, "loss": 3.0 / s} for s in range(10, 60, 10)] + [{"step": 50, "train_loss": 1.0}],

@@ -25,6 +25,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from lib.envs import builtin_names, get_spec
+from lib.episodes import run_episode
+from lib.serve import app as serve_app
 from lib.serve import launch
 from lib.serve.app import MAX_BODY, build_app
 from lib.serve.client import ServerLostError, WorkbookClient, play_served
@@ -344,6 +346,30 @@ def test_the_dashboard_api_reads_the_run_and_plays_an_episode(app_client):
     assert trace["steps"][0]["messages"] == Local(RUN_ENV, 6).messages()
 
 
+def test_the_dashboard_trace_is_the_episode_run_episode_plays():
+    """The dashboard's episode is `lib.episodes.play`'s: the same return, answers, chosen actions and prompts."""
+    spec = get_spec("polyguard")
+    with TestClient(build_app("polyguard")) as client:
+        for seed in range(5):
+            trace = client.get("/api/episode", params={"policy": "heuristic", "seed": seed}).json()
+            env = spec.make_env()
+            episode = run_episode(env, spec.make_policy("heuristic"), seed, "holdout", keep_transitions=True)
+            assert trace["episode_return"] == episode.episode_return and trace["end_reason"] == episode.end_reason
+            assert [s["answer"] for s in trace["steps"]] == [t["action"] for t in episode.transitions]
+            assert [s["answer"] for s in trace["steps"]] == env.history  # every answer was a valid action
+            prompts = [env.render(t["observation"]) for t in episode.transitions]
+            assert [s["messages"] for s in trace["steps"]] == prompts
+            assert not trace["truncated"] and trace["replay_misses"] == 0
+
+
+def test_a_trace_cut_off_at_its_step_limit_says_truncated_with_no_return(monkeypatch):
+    monkeypatch.setattr(serve_app, "MAX_TRACE_STEPS", 2)
+    spec = get_spec("polyguard")
+    trace = serve_app._trace(spec, "polyguard", spec.make_policy(spec.teacher), "holdout", 0)
+    assert len(trace["steps"]) == 2 and trace["truncated"]
+    assert trace["episode_return"] is None and trace["end_reason"] is None
+
+
 # ---- a real server: raw HTTP, a kill, a restart --------------------------------------------------------------------
 def _raw(url: str, method: str, path: str, chunks=None, body: bytes | None = None):
     """(status, body) of one request sent as written: the path unnormalised, the body chunked if `chunks`."""
@@ -464,6 +490,34 @@ def test_a_caller_given_log_receives_the_server_output(tmp_path):
             launch.wait_healthy(process, url, timeout=60)
         launch.stop_server(process)
     assert "no_such_environment" in log_path.read_text()  # the caller's log is kept
+
+
+# ---- environment arguments: the served environment is built from them, nothing else changes ------------------------
+def _json_tasks_file(tmp_path) -> tuple[str, str]:
+    """A json_tasks tasks file (tests/test_env_json_tasks.py's) and the prompt of its holdout task."""
+    from tests.test_env_json_tasks import TABLE, _good_lines, _write
+
+    return str(_write(tmp_path, _good_lines())), TABLE["prompt"]
+
+
+def test_env_args_build_the_served_environment_beside_one_without_them(tmp_path):
+    path, prompt = _json_tasks_file(tmp_path)
+    builtin = get_spec("json_tasks")
+    own_app, bare_app = build_app("json_tasks", env_args={"tasks": path}), build_app("json_tasks")
+    with TestClient(own_app) as own, TestClient(bare_app) as bare:
+        assert own.get("/api/info").json()["env"] == bare.get("/api/info").json()["env"] == "json_tasks"
+        assert prompt in json.dumps(_open(own, 0)["messages"])  # holdout seed 0: the file's holdout task
+        assert prompt not in json.dumps(_open(bare, 0)["messages"])
+        trace = own.get("/api/episode", params={"policy": "oracle", "seed": 0}).json()
+        assert prompt in json.dumps(trace["steps"][0]["messages"]) and trace["episode_return"] == 1.0
+    assert get_spec("json_tasks") is builtin  # serving with arguments configured nothing in this process
+
+
+def test_serve_cli_builds_its_environment_from_env_args(tmp_path):
+    path, prompt = _json_tasks_file(tmp_path)
+    with launch.served("json_tasks", env_args={"tasks": path}) as url:
+        status, body = _raw(url, "POST", "/sessions", body=json.dumps({"seed": 0}).encode())
+        assert status == 200 and prompt in json.dumps(json.loads(body)["messages"])
 
 
 # ---- OpenEnv manifests -----------------------------------------------------------------------------------------------

@@ -192,7 +192,6 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from lib.envs import get_spec
     from lib.models import train_tokenizer
     from lib.runs import read_config
     from lib.training.corpus import read_jsonl
@@ -200,7 +199,7 @@ def build_model(run_dir: Path, model_dir: Path, shape: dict, tokenizer_vocab: in
     began = time.perf_counter()
     config = read_config(run_dir)
     rows = read_jsonl(run_dir / "corpus" / "sft.jsonl")
-    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [get_spec(config.env).vocabulary()]
+    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [config.spec.vocabulary()]
     tokenizer = train_tokenizer(texts, tokenizer_vocab)
     if len(tokenizer) > shape["vocab_size"]:
         raise ValueError(f"tokenizer has {len(tokenizer)} tokens, more than vocab_size {shape['vocab_size']}")

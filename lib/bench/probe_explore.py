@@ -48,13 +48,12 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
     over the candidates (entropy, mass on candidates, probability of a best action) and the exploration
     metrics GRPO would log there with `grpo.num_generations` samples, in expectation. Split into all states and
     the improvable ones (some candidate beats the reference's own choice by `margin`)."""
-    from ..envs import get_spec
     from ..episodes import candidate_returns
     from ..inference import load_policy_model
     from ..training.corpus import read_jsonl
 
     model, tokenizer, source = load_policy_model(model_dir, config.model, adapter)
-    spec = get_spec(config.env)
+    spec = config.spec
     env = spec.make_env()
     rows = read_jsonl(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"])[:states]
     per_state = []

@@ -1,20 +1,24 @@
-"""The environment registry: `get_spec(name)` and `make_env(name)` are how every stage reaches an environment.
+"""The environment registry: `get_spec(name, args)` and `make_env(name, args)` are how every stage reaches an
+environment.
 
 A name is either a package under `lib/envs/` that exposes `SPEC` (found by listing the folder, so this module
 names none of them), or a dotted module path (`my_pkg.my_env`) whose module exposes `SPEC`: an environment that
 lives outside this repository, importable in every process the run starts.
 
-`configure(name, args)` records constructor arguments for an environment in this process (a run's `env_args`):
-from then on `get_spec(name)` is the spec the module's `make_spec(**args)` returns, so `make_env(name)` and every
-stage build the environment with those arguments.
+`args` are an environment's constructor arguments (a run's `env_args`, JSON values): none, and the spec is the
+module's `SPEC`; some, and it is what the module's `make_spec(**args)` returns. `get_spec` is a pure function of
+(name, args), memoised on the name and the canonical JSON of the args: cheap to call again, and any number of
+configurations of one environment can be held at once (no call changes what another returns). A run's own spec is
+`RunConfig.spec`; the memo keeps a file an argument names as it was first read in this process.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +33,7 @@ class UnknownEnvironmentError(ValueError):
 
 
 class EnvironmentArgsError(ValueError):
-    """Arguments an environment does not take, or a second, different configuration of the same environment."""
-
-
-_CONFIGURED: dict[str, dict[str, Any]] = {}  # environment name -> its constructor arguments in this process
-
-
-def configure(name: str, args: dict[str, Any] | None) -> None:
-    """Build environment `name` with `args` (keyword arguments of its module's `make_spec`) for the rest of this
-    process. Empty args are a no-op; configuring the same name again with the same args is one too, with other
-    args an error. The spec is built at once, so a bad argument (or a bad file it names) fails here."""
-    if not args:
-        return
-    args = dict(args)
-    if name in _CONFIGURED:
-        if _CONFIGURED[name] != args:
-            raise EnvironmentArgsError(
-                f"environment {name!r} is already configured with {_CONFIGURED[name]} in this process; "
-                f"cannot configure it again with {args}"
-            )
-        return
-    _CONFIGURED[name] = args
-    get_spec.cache_clear()
-    try:
-        get_spec(name)
-    except Exception:
-        del _CONFIGURED[name]
-        get_spec.cache_clear()
-        raise
-
-
-def configured(name: str) -> dict[str, Any]:
-    """The arguments `configure` recorded for `name` ({} if none)."""
-    return dict(_CONFIGURED.get(name, {}))
+    """Arguments an environment does not take (or that are not a JSON object)."""
 
 
 def builtin_names() -> list[str]:
@@ -69,10 +41,31 @@ def builtin_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(_HERE)]) if m.ispkg)
 
 
-@cache
-def get_spec(name: str) -> EnvSpec:
+def _canonical(name: str, args: Mapping[str, Any] | None) -> str:
+    """The memo key of `args`: their JSON, keys sorted ("{}" for none)."""
+    if args is None:
+        return "{}"
+    if not isinstance(args, Mapping):
+        raise EnvironmentArgsError(f"environment {name!r}: arguments must map names to values, got {args!r}")
+    try:
+        return json.dumps(dict(args), sort_keys=True)
+    except (TypeError, ValueError) as error:
+        raise EnvironmentArgsError(f"environment {name!r}: arguments must be JSON values ({error})") from None
+
+
+_SPECS: dict[tuple[str, str], EnvSpec] = {}  # the memo: (name, canonical JSON of the args) -> spec
+
+
+def get_spec(name: str, args: Mapping[str, Any] | None = None) -> EnvSpec:
+    """The spec of environment `name` built with `args` (see the module docstring). An unknown name is an
+    UnknownEnvironmentError listing the known ones; an argument its `make_spec` does not take (or any argument to
+    an environment without `make_spec`) is an EnvironmentArgsError; a bad value (a bad file it names) is the
+    module's own error, raised again by every call (only built specs are memoised)."""
     if not isinstance(name, str) or not name:
         raise UnknownEnvironmentError(f"environment must be a non-empty name; known: {builtin_names()}")
+    key = (name, _canonical(name, args))
+    if key in _SPECS:
+        return _SPECS[key]
     module_name = f"{__name__}.{name}" if name in builtin_names() else name if "." in name else None
     if module_name is None:
         raise UnknownEnvironmentError(
@@ -88,7 +81,7 @@ def get_spec(name: str) -> EnvSpec:
     spec = getattr(module, "SPEC", None)
     if not isinstance(spec, EnvSpec):
         raise UnknownEnvironmentError(f"environment {name!r}: {module_name} defines no SPEC (an EnvSpec)")
-    args = _CONFIGURED.get(name)
+    args = json.loads(key[1])  # built from the key itself, so the memo can never hand back another configuration
     if args:
         make_spec = getattr(module, "make_spec", None)
         if make_spec is None:
@@ -103,11 +96,12 @@ def get_spec(name: str) -> EnvSpec:
         spec = make_spec(**args)
         if not isinstance(spec, EnvSpec):
             raise UnknownEnvironmentError(f"environment {name!r}: {module_name}.make_spec returned no EnvSpec")
-    return spec
+    return _SPECS.setdefault(key, spec)  # a racing thread's spec, if it stored one first: one spec per key
 
 
-def make_env(name: str) -> Environment:
-    return get_spec(name).make_env()
+def make_env(name: str, args: Mapping[str, Any] | None = None) -> Environment:
+    """A fresh environment of `get_spec(name, args)`."""
+    return get_spec(name, args).make_env()
 
 
 __all__ = [
@@ -116,8 +110,6 @@ __all__ = [
     "EnvironmentArgsError",
     "UnknownEnvironmentError",
     "builtin_names",
-    "configure",
-    "configured",
     "get_spec",
     "make_env",
 ]

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..envs import get_spec
 from ..envs.base import format_action
 from ..episodes import teacher_states
 
@@ -62,7 +61,7 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
     from ..training.reward import make_reward_function
 
     reward = make_reward_function(config, policy=policy)
-    spec = get_spec(config.env)
+    spec = config.spec
     env = spec.make_env()
 
     def score(seed, history, texts):
@@ -137,7 +136,7 @@ def build_report(config, run, eval_report: dict) -> dict:
         "rule": "each attack kind scores at most the worst legal action at the same state (GRPO reward: "
         "episodes.action_returns + blocklist, episodes finished by the "
         f"{'trained policy' if policy else config.reference_policy + ' policy'}), "
-        f"on every state of 20 held-out episodes of the teacher ({get_spec(config.env).teacher})",
+        f"on every state of 20 held-out episodes of the teacher ({config.spec.teacher})",
         "trivial_policies": {
             name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}
             for name, p in holdout.items()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..envs import get_spec
+from ..envs import EnvSpec
 from ..episodes import run_episode
 from ..io import atomic_write_text
 from ..stats import bootstrap_ci
@@ -38,11 +38,15 @@ def steps_per_second(env, policy, seeds, split: str) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def run_baselines(env_name: str, split: str, episodes: int, seed: int, policies=None) -> dict:
+def run_baselines(
+    spec: EnvSpec, split: str, episodes: int, seed: int, policies=None, *, env: str | None = None
+) -> dict:
+    """Every policy in `policies` (default: the reported ones) of environment `spec` on `episodes` seeds from `seed`
+    of `split`. The report names the environment `env` (the registry name, a run's `config.env`; default
+    `spec.name`)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
-    spec = get_spec(env_name)
-    env = spec.make_env()
+    env_name, env = env or spec.name, spec.make_env()
     seeds = range(seed, seed + episodes)
     names = list(policies or spec.reported_policies)
     results = {
@@ -84,7 +88,8 @@ def run_baselines_stage(config, run) -> dict:
 
     started = time.time()
     reports = {
-        split: run_baselines(config.env, split, config.eval.episodes, 0) for split in ("holdout", "holdout_novel")
+        split: run_baselines(config.spec, split, config.eval.episodes, 0, env=config.env)
+        for split in ("holdout", "holdout_novel")
     }
     path = run.stage_dir("baselines") / "baselines.json"
     atomic_write_json(path, reports)
@@ -120,10 +125,10 @@ def baselines_table(path: Path | str):
     return pd.DataFrame(rows).sort_values(["split", "mean return"], ascending=[True, False]).reset_index(drop=True)
 
 
-def baselines_summary(path: Path | str, split: str = "holdout") -> str:
-    """One line per split: the oracle, the teacher, random and the best trivial policy, by their roles."""
+def baselines_summary(path: Path | str, spec: EnvSpec, split: str = "holdout") -> str:
+    """One line per split: the oracle, the teacher, random and the best trivial policy, by their roles in `spec`
+    (the run's `config.spec`)."""
     report = json.loads(Path(path).read_text())[split]
-    spec = get_spec(report["env"])
     p = report["policies"]
     trivial = {n: r["mean_return"] for n, r in p.items() if r.get("kind") == "trivial"}
     best = max(trivial, key=trivial.get) if trivial else None

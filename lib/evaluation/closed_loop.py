@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..envs import get_spec
+from ..envs import EnvSpec
 from ..episodes import Episode, Improver, Start, Step, play, policy_actor, scripted_policy
 from ..inference import model_actor
 from ..models import is_tiny
@@ -51,17 +51,18 @@ def run_model_episodes(
     batch_size: int | None = None,
     action_space: str | None = None,
 ):
-    """Play every seed of `config.env` to the end with the model in `loaded` ((model, tokenizer, source), as
-    `inference.load_policy_model` returns it) choosing every action: `batch_size` (default `eval.batch_size`)
-    episodes in lockstep, one generate call per round (see `episodes.play`), at most `grpo.max_completion_length`
-    new tokens an answer, choosing among the candidates or generating free text as `model.action_space` (or
-    `action_space`) says. With `veto_k` > 0 invalid free-text outputs are re-asked (the legality-veto ablation). Returns
-    (episodes sorted by seed, action records); every action record carries `model_source`."""
+    """Play every seed of the run's environment (`config.spec`) to the end with the model in `loaded` ((model,
+    tokenizer, source), as `inference.load_policy_model` returns it) choosing every action: `batch_size` (default
+    `eval.batch_size`) episodes in lockstep, one generate call per round (see `episodes.play`), at most
+    `grpo.max_completion_length` new tokens an answer, choosing among the candidates or generating free text as
+    `model.action_space` (or `action_space`) says. With `veto_k` > 0 invalid free-text outputs are re-asked (the
+    legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
+    `model_source`."""
     model, tokenizer, source = loaded
-    env_name, max_new_tokens = config.env, config.grpo.max_completion_length
+    spec, max_new_tokens = config.spec, config.grpo.max_completion_length
     actions: list[dict] = []
     episodes = play(
-        lambda: get_spec(env_name).make_env(),
+        spec.make_env,
         [Start(seed, split) for seed in seeds],
         model_actor(
             model,
@@ -81,9 +82,9 @@ def run_model_episodes(
 IMPROVER = Improver.name  # the generic policy-improvement reference every environment has (lib/episodes.py)
 
 
-def run_policy_episodes(env_name: str, name: str, seeds, split: str):
-    """A baseline, trivial or reference policy, recorded exactly like a model: every action names its source."""
-    spec = get_spec(env_name)
+def run_policy_episodes(spec: EnvSpec, name: str, seeds, split: str):
+    """A baseline, trivial or reference policy of environment `spec` (a run's `config.spec`), recorded exactly like
+    a model: every action names its source."""
     env, actions = spec.make_env(), []
     episodes = play(
         lambda: env,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..envs import get_spec
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
 from ..runs import seed_everything
@@ -53,7 +52,7 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     seed_everything(config.seed, config.deterministic)
     out = run.stage_dir("evaluate")
     resamples = config.eval.bootstrap_resamples
-    spec = get_spec(config.env)
+    spec = config.spec
     role = roles(spec)
     baseline_names = policies or list(spec.reported_policies)
     records: list[dict] = []
@@ -73,12 +72,12 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
         for name in tqdm(baseline_names, desc=f"evaluate/{split}/baselines"):
-            episodes, actions = run_policy_episodes(config.env, name, seeds, split)
+            episodes, actions = run_policy_episodes(spec, name, seeds, split)
             summaries[name] = {"kind": spec.policy_kind(name), **summarize(episodes, actions, resamples)}
             returns[split][name] = {e.seed: e.episode_return for e in episodes}
             records += episode_records(name, episodes, actions)
         improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
-        episodes, actions = run_policy_episodes(config.env, role["improver"], improver_seeds, split)
+        episodes, actions = run_policy_episodes(spec, role["improver"], improver_seeds, split)
         summaries[role["improver"]] = {"kind": "reference", **summarize(episodes, actions, resamples)}
         returns[split][role["improver"]] = {e.seed: e.episode_return for e in episodes}
         records += episode_records(role["improver"], episodes, actions)
@@ -164,9 +163,9 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
         runs = run_model_episodes(config, loaded, seeds, split, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
-    role = roles(get_spec(config.env))
+    role = roles(config.spec)
     for name in role.values():
-        runs = run_policy_episodes(config.env, name, seeds, split)
+        runs = run_policy_episodes(config.spec, name, seeds, split)
         summary[name] = summarize(*runs)
         returns[name] = {e.seed: e.episode_return for e in runs[0]}
     grpo = run.read_stage("grpo")["metrics"]

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-from ..envs import get_spec
 from ..episodes import teacher_states
 from ..io import atomic_write_json
 from ..models import load_model, sha256_file, weights_sha256
@@ -42,7 +41,7 @@ def file_manifest(folder: Path) -> dict:
 
 def check_prompts(config, n: int) -> list[list[dict]]:
     """Fixed prompts for the merge check: states at every position of the first held-out teacher episodes."""
-    spec = get_spec(config.env)
+    spec = config.spec
     env = spec.make_env()
     states = teacher_states(env, spec.make_policy(spec.teacher), range(n), "holdout")[:n]
     return [env.render(env.restore(seed, "holdout", history)) for seed, history in states]

@@ -10,6 +10,9 @@ Why `python -m lib run` has two papermill layers (`run_profile` executes One_Run
   outputs/<run_id>/One_Run_Runner.ipynb (plan, headline, gate table, charts, links to every executed stage
   notebook) is the run's front page, made by the same notebook cells whether the run started in Jupyter/Colab or
   from `make run`. Calling `run_stages` directly would skip that page or need a second copy of its cells in code.
+  The one exception: a run of chosen stages after which the page cannot be made (its headline reads the evaluate
+  stage's eval.json, its gate table the report stage's gate.json, and neither is there nor among the chosen stages)
+  runs `run_stages` directly and ends with a line saying what the gate still needs (`partial_run_outcome`).
 The parameters cross each layer once and are checked before any kernel starts: `run_profile` loads the config
 (a bad profile or override fails here) and checks the runner's declared parameters (PROFILE, RUN_ID, STAGES,
 OVERRIDES); `run_stages` checks every stage notebook's (RUN_ID, PROFILE, OVERRIDES) before the first one runs.
@@ -23,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .stages import STAGES, notebooks
+from .stages import STAGE_NAMES, STAGES, notebooks
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -35,6 +38,13 @@ class UnknownParameterError(ValueError):
 
 class StageFailed(RuntimeError):
     """A stage notebook raised; the message names the executed notebook and the cell."""
+
+
+# What the front page (One_Run_Runner.ipynb) reads after the stages, by the stage that writes it: its headline cell
+# reads eval.json, its gate cell gate.json.
+FRONT_PAGE_READS = {"evaluate": "evaluate/eval.json", "report": "gate.json"}
+# The stages whose files the gate re-reads (lib/reporting/gate.py's checks); the report stage then runs it.
+GATE_READS = ("corpus", "sft", "grpo", "evaluate", "export", "postsave")
 
 
 def suggest_profile(requested: str) -> str:
@@ -110,9 +120,59 @@ def run_stages(
     return executed
 
 
+def front_page_gaps(run_dir: Path, stages) -> list[str]:
+    """The stages whose file the front page reads that are neither among the chosen stages (default: all) nor
+    done already in this run folder: empty when One_Run_Runner.ipynb can run to its end after the stages."""
+    chosen = list(stages or STAGE_NAMES)
+    return [stage for stage, path in FRONT_PAGE_READS.items() if stage not in chosen and not (run_dir / path).is_file()]
+
+
+def _stage_status(run_dir: Path, stage: str) -> str | None:
+    from ..runs import DamagedRunError, read_json_record
+
+    try:
+        return read_json_record(run_dir / stage / "stage.json", f"the {stage} stage record").get("status")
+    except DamagedRunError:
+        return None
+
+
+def _shown(path: Path) -> Path:
+    """A path as the user would type it: relative to the working folder when under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def partial_run_outcome(run_dir: Path, profile: str, stages: list[str]) -> tuple[bool, str]:
+    """After a run of chosen stages that leaves no gate (`front_page_gaps` not empty): whether the chosen stages
+    passed, and the line to print: what failed, or what the gate still needs and the command that finishes the run.
+    A chosen evaluate stage without its eval.json is a failure, not something left for later."""
+    status = {s: _stage_status(run_dir, s) for s in STAGE_NAMES}
+    shown = _shown(run_dir)
+    failed = ", ".join(f"{s} ({status[s] or 'no stage.json'})" for s in stages if status[s] != "ok")
+    if failed:
+        return False, f"error: chosen stages did not finish ok in {shown}: {failed}"
+    if "evaluate" in stages and not (run_dir / FRONT_PAGE_READS["evaluate"]).is_file():
+        return False, f"error: the evaluate stage ran but {shown / FRONT_PAGE_READS['evaluate']} is missing"
+    left = [s for s in STAGE_NAMES if status[s] != "ok"]
+    needs = [s for s in GATE_READS if s in left]
+    if needs:
+        why = f"the gate needs the {', '.join(needs)} stage{'s' if len(needs) > 1 else ''}, not run in this folder yet"
+    else:
+        why = "the report stage runs the gate"
+    finish = f"python -m lib run --profile {profile} --run-id {run_dir.name} --stages {' '.join(left or ['report'])}"
+    return True, (
+        f"stages {', '.join(stages)} done in {shown}. No gate: {why}.\n"
+        f"to finish and gate this run: {finish}\n"
+        f"(or after `python -m lib stage <stage> --run-dir {shown}` for each: python -m lib gate {shown})"
+    )
+
+
 def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Path | None:
     """`python -m lib run`: execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print
-    the gate's verdict. Returns the run folder, or None when a stage failed."""
+    the gate's verdict. Chosen stages that leave the front page without its inputs run without it and end with what
+    the gate still needs (`partial_run_outcome`). Returns the run folder, or None when a stage failed."""
     import sys
 
     import papermill
@@ -128,6 +188,17 @@ def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Pa
     parameters = {"PROFILE": profile, "RUN_ID": run_id, "STAGES": stages or [], "OVERRIDES": overrides}
     runner = REPO / "One_Run_Runner.ipynb"
     check_parameters(runner, parameters)
+    run_dir = Path("outputs") / run_id
+    if stages and front_page_gaps(REPO / run_dir, stages):
+        print(f"running {profile} as {run_dir}: stages {', '.join(stages)}", flush=True)
+        try:
+            run_stages(run_id, profile, stages, overrides)
+        except StageFailed as error:
+            print(f"error: {error}", file=sys.stderr)
+            return None
+        ok, message = partial_run_outcome(REPO / run_dir, profile, list(stages))
+        print(message, file=sys.stdout if ok else sys.stderr)
+        return REPO / run_dir if ok else None
     target = REPO / "outputs" / run_id / "One_Run_Runner.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"running {profile} as outputs/{run_id} (executed runner: {target})", flush=True)
@@ -157,9 +228,10 @@ def env_profile(profile: str, env: str) -> tuple[str, dict]:
     return (own, {}) if own in available_profiles() else (profile, {"env": env})
 
 
-def run_environments(profile: str, envs: list[str], stages, overrides: dict) -> Path | None:
+def run_environments(profile: str, envs: list[str], stages, overrides: dict) -> list[Path] | None:
     """`python -m lib run --envs ...`: one run per environment, then one environment x policy table
-    (outputs/summary-<time>.md). Returns the table's path, or None when a run failed."""
+    (outputs/summary-<time>.md) when every run has its evaluation. Returns the run folders, or None when a run
+    failed."""
     from ..io import atomic_write_text
     from ..reporting.summary import environment_table
     from ..runs import now
@@ -171,9 +243,12 @@ def run_environments(profile: str, envs: list[str], stages, overrides: dict) -> 
         if run_dir is None:
             return None
         done.append(run_dir)
+    if not all((d / FRONT_PAGE_READS["evaluate"]).is_file() for d in done):
+        print("no environment x policy table: it needs each run's evaluate stage")
+        return done
     table = environment_table(done)
     path = REPO / "outputs" / f"summary-{now().replace(':', '').replace('-', '')[:15]}.md"
     atomic_write_text(path, f"Runs: {', '.join(d.name for d in done)}\n\n{table}\n")
     print(table)
     print(f"summary: {path}")
-    return path
+    return done

@@ -11,6 +11,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
+MANIFEST = "manifest.json"  # the run's config: its environment and env_args
 BASELINES = "baselines/baselines.json"
 SFT_LOG = "sft/train_log.jsonl"
 GRPO_LOG = "grpo/train_log.jsonl"

@@ -217,6 +217,19 @@ CHECKS = {
 }
 
 
+def require_run_folder(run_dir: Path | str) -> Path:
+    """`python -m lib gate`'s input check: a folder with a manifest.json, else FileNotFoundError saying which (the
+    checks would only list every one failed, and writing gate.json would make the folder)."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist: give a run folder, e.g. outputs/<run_id>")
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a folder: give a run folder, e.g. outputs/<run_id>")
+    if not (run_dir / "manifest.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (missing {run_dir / 'manifest.json'})")
+    return run_dir
+
+
 def run_gate(run_dir: Path | str, write: bool = True) -> dict:
     """Run every check; a check fails on any error (a missing file included). Writes <run>/gate.json."""
     run_dir = Path(run_dir)

@@ -15,14 +15,15 @@ import numpy as np
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..envs import get_spec
 from ..io import atomic_write_bytes
+from ..runs import read_config
 from .figures import (  # noqa: F401 (the input file names are re-exported: tests and notebooks name them here)
     ANTI_HACKING,
     BASELINES,
     EPISODES,
     EVAL,
     GRPO_LOG,
+    MANIFEST,
     POSTSAVE,
     SFT_LOG,
     VALIDATION,
@@ -71,8 +72,8 @@ def reward_components(run_dir: Path) -> Figure:
     Averaged over every episode from episodes.jsonl: an episode lost to invalid output has no components and
     earns 0, which the per-component means in eval.json (taken only over episodes that have the component) miss."""
     records = _holdout_episodes(run_dir)
-    env = _read(run_dir, EVAL)["env"]
-    weights = get_spec(env).reward_weights
+    config = read_config(run_dir)  # the run's environment, built with its env_args
+    env, weights = config.env, config.spec.reward_weights
     unknown = {c for r in records for c in r["components"]} - set(weights) - {"invalid_limit"}
     if unknown:
         raise ValueError(f"{EPISODES} has components with no weight in {env}'s reward weights: {sorted(unknown)}")
@@ -259,7 +260,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "grpo_reward": (grpo_reward, (GRPO_LOG,)),
     "validation_curve": (validation_curve, (VALIDATION,)),
     "exploration": (exploration, (GRPO_LOG,)),
-    "reward_components": (reward_components, (EPISODES,)),
+    "reward_components": (reward_components, (MANIFEST, EPISODES)),
     "per_seed_deltas": (per_seed_deltas, (EPISODES, EVAL)),
     "train_holdout_gap": (train_holdout_gap, (EVAL,)),
     "anti_cheat": (anti_cheat, (ANTI_HACKING,)),

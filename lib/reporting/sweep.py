@@ -100,7 +100,6 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
     seeds: `split_seeds`), with the environment's teacher on those seeds as the reference line. Writes sweep.json."""
     import gc
 
-    from ..envs import get_spec
     from ..evaluation.closed_loop import model_artifacts, run_model_episodes, run_policy_episodes, split_seeds
     from ..inference import load_policy_model
     from ..io import atomic_write_json
@@ -149,8 +148,8 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
                 "returns": values,
             }
         )
-    teacher = get_spec(config.env).teacher
-    by_seed = {e.seed: e.episode_return for e in run_policy_episodes(config.env, teacher, seeds, split)[0]}
+    teacher = config.spec.teacher
+    by_seed = {e.seed: e.episode_return for e in run_policy_episodes(config.spec, teacher, seeds, split)[0]}
     taught = [by_seed[s] for s in seeds]
     report = {
         "run_id": run_dir.name,

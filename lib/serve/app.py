@@ -1,5 +1,7 @@
-"""`python -m lib serve --env NAME [--port P] [--run-dir R]`: one environment of the registry as an OpenEnv server,
-with the workbook's HTTP sessions, the dashboard and the replayed trained policy on the same port.
+"""`python -m lib serve --env NAME [--env-args JSON] [--port P] [--run-dir R]`: one environment of the registry as
+an OpenEnv server, with the workbook's HTTP sessions, the dashboard and the replayed trained policy on the same port.
+The environment is `get_spec(NAME, env_args)`; serving a run whose config has `env_args`, the run's own (see
+`build_app`).
 
 Routes:
 - OpenEnv's own (`openenv.core.env_server.http_server.create_fastapi_app`): `/ws` (one persistent session per
@@ -25,8 +27,9 @@ from fastapi import Body, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 
-from ..envs import get_spec
+from ..envs import EnvironmentArgsError, EnvSpec, get_spec
 from ..envs.base import SPLITS, Action, parse_action, split_seed
+from ..episodes import Live, Start, Step, play, policy_actor
 from ..io import read_json
 from ..runs import read_config
 from .replay import REPLAY_FILE, REPLAYED, ReplayError, load
@@ -82,8 +85,6 @@ def _read_run(run_dir: Path | None, env_name: str) -> dict:
     if run_dir is None:
         return {"run_dir": None}
     manifest = read_json(run_dir / "manifest.json")
-    if manifest["config"].get("env_args"):
-        read_config(run_dir)  # validating the run's config builds its environment with the run's env_args
     if manifest["config"]["env"] != env_name:
         raise ValueError(f"{run_dir} is a run of {manifest['config']['env']!r}, not of {env_name!r}")
     gate = read_json(run_dir / "gate.json") if (run_dir / "gate.json").exists() else None
@@ -106,24 +107,44 @@ def _read_run(run_dir: Path | None, env_name: str) -> dict:
     }
 
 
-def _trace(env_name: str, policy, split: str, seed: int) -> dict:
-    """One whole episode of `policy`, every step as the dashboard shows it."""
-    env = get_spec(env_name).make_env()
-    observation = env.reset(seed, split)
-    policy.begin(seed)
+def _served_spec(env_name: str, env_args: dict | None, run_dir: Path | None) -> EnvSpec:
+    """`env_name` built with `env_args`; serving a run whose config has env_args, the run's own config's spec (its
+    environment built with those; other `env_args` given as well are an error)."""
+    run_args = read_json(run_dir / "manifest.json")["config"].get("env_args") if run_dir is not None else None
+    if run_args:
+        if env_args and env_args != run_args:
+            raise EnvironmentArgsError(
+                f"{run_dir} is a run of {env_name!r} with env_args {run_args}; cannot serve it with {env_args}"
+            )
+        return read_config(run_dir).spec  # validating the run's config builds its environment with its env_args
+    return get_spec(env_name, env_args)
+
+
+def _trace(spec: EnvSpec, env_name: str, policy, split: str, seed: int) -> dict:
+    """One whole episode of `policy` in a fresh environment of `spec` (called `env_name`), every step as the
+    dashboard shows it. It is played by `lib.episodes.play`, cut off after MAX_TRACE_STEPS answers; a cut-off trace
+    says `truncated`, with no return or end reason (its last step has none)."""
+    scripted = policy_actor(policy, copies=False)
+
+    def act(live: list[Live]) -> list[str]:
+        for entry in live:  # what the policy was shown, taken before it acts
+            entry.extra = {
+                "messages": entry.env.render(entry.observation),
+                "candidates": candidates_payload(entry.observation),
+            }
+        return scripted(live)
+
     steps = []
-    while len(steps) < MAX_TRACE_STEPS:
-        offered = candidates_payload(observation)
-        prompt = env.render(observation)
-        answer = policy.act(observation, env)
-        parsed = parse_action(answer, observation.candidates)
-        result = env.step(answer)
+
+    def record(step: Step) -> None:
+        parsed = parse_action(step.text, step.observation.candidates)
+        result = step.result
         steps.append(
             {
                 "step": len(steps) + 1,
-                "messages": prompt,
-                "candidates": offered,
-                "answer": answer,
+                "messages": step.live.extra["messages"],
+                "candidates": step.live.extra["candidates"],
+                "answer": step.text,
                 "chosen": result.info.get("action"),
                 "chosen_id": parsed.candidate.id if isinstance(parsed, Action) else None,
                 "reward": result.reward,
@@ -132,9 +153,8 @@ def _trace(env_name: str, policy, split: str, seed: int) -> dict:
                 "replay_miss": bool(getattr(policy, "last_miss", False)),
             }
         )
-        observation = result.observation
-        if result.done:
-            break
+
+    play(spec.make_env, [Start(seed, split)], act, on_step=record, max_turns=MAX_TRACE_STEPS)
     final = steps[-1]["info"] if steps else {}
     return {
         "env": env_name,
@@ -149,24 +169,33 @@ def _trace(env_name: str, policy, split: str, seed: int) -> dict:
     }
 
 
-def build_app(env_name: str, run_dir: str | Path | None = None, *, max_sessions: int = 256, max_body: int = MAX_BODY):
-    """The server of `env_name` (see the module docstring). With `run_dir`, the run's trained policy is served from
-    its replay.jsonl as `grpo` (if recorded), and the dashboard shows its charts and gate verdict."""
-    spec = get_spec(env_name)
+def build_app(
+    env_name: str,
+    run_dir: str | Path | None = None,
+    *,
+    env_args: dict | None = None,
+    max_sessions: int = 256,
+    max_body: int = MAX_BODY,
+):
+    """The server of `env_name` built with `env_args` (see the module docstring); it reports the environment as
+    `env_name`. With `run_dir` (a run of `env_name`), the run's trained policy is served from its replay.jsonl as
+    `grpo` (if recorded), and the dashboard shows its charts and gate verdict; a run whose config has env_args is
+    served with them (`env_args` given too must be the same)."""
     run_dir = Path(run_dir).resolve() if run_dir is not None else None
     run = _read_run(run_dir, env_name)
+    spec = _served_spec(env_name, env_args, run_dir)
     replay, replay_error = None, None
     if run_dir is not None:
         try:
-            replay = load(run_dir)
+            replay = load(run_dir, spec)
         except ReplayError as error:
             replay_error = str(error)
     app = create_fastapi_app(
-        lambda: ServedEnvironment(env_name), WorkbookAction, WorkbookObservation, max_concurrent_envs=max_sessions
+        lambda: ServedEnvironment(spec, env_name), WorkbookAction, WorkbookObservation, max_concurrent_envs=max_sessions
     )
     app.title = f"agent-rl-workbook: {env_name}"
     app.add_middleware(BodyLimit, limit=max_body)
-    sessions = Sessions(env_name, capacity=max_sessions)
+    sessions = Sessions(spec, capacity=max_sessions, name=env_name)
     served_misses = {"steps": 0, "episodes": 0}
 
     @app.exception_handler(ServeError)
@@ -231,7 +260,7 @@ def build_app(env_name: str, run_dir: str | Path | None = None, *, max_sessions:
             split_seed(seed, split)  # the seed and split an environment would accept
         except ValueError as error:
             raise BadRequestError(str(error)) from None
-        trace = _trace(env_name, make_policy(policy), split, seed)
+        trace = _trace(spec, env_name, make_policy(policy), split, seed)
         if policy == REPLAYED:
             served_misses["episodes"] += 1
             served_misses["steps"] += trace["replay_misses"]

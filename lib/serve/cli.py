@@ -10,11 +10,10 @@ from pathlib import Path
 def _serve(args) -> int:
     import uvicorn
 
-    from ..envs import configure
     from .app import MAX_BODY, build_app
 
-    configure(args.env, json.loads(args.env_args) if args.env_args else {})
-    app = build_app(args.env, args.run_dir, max_sessions=args.max_sessions)
+    env_args = json.loads(args.env_args) if args.env_args else None
+    app = build_app(args.env, args.run_dir, env_args=env_args, max_sessions=args.max_sessions)
     print(f"serving {args.env} on http://{args.host}:{args.port}  (dashboard: http://{args.host}:{args.port}/)")
     uvicorn.run(app, host=args.host, port=args.port, ws_max_size=MAX_BODY, log_level=args.log_level)
     return 0

@@ -8,7 +8,8 @@ seeds again, which needs the run's weights. Either way every recorded episode is
 environment before the file is written, and a return that differs from the recorded one is an error.
 
 `ReplayPolicy` plays a recorded episode back; a seed the replay does not hold falls back to the teacher and
-every such step says `replay_miss`.
+every such step says `replay_miss`. A `Replay` plays in the environment it is given (an `EnvSpec`: the run's
+`config.spec`, or what the server serves).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..envs import get_spec
+from ..envs import EnvSpec
 from ..envs.base import Policy
+from ..episodes import run_episode
 from ..io import atomic_write_text
 from ..runs import read_config, read_stage_record
 
@@ -90,7 +92,7 @@ def record(run_dir: Path | str) -> dict:
         raise ReplayError(f"{run_dir}: no {REPLAYED!r} actions to record")
     for item in records:
         item["env"] = config.env
-    replay = Replay(config.env, records)
+    replay = Replay(config.spec, records)
     mismatches = [
         f"{split}/{seed}: recorded {expected:.6f}, replayed {replay.play(split, seed)['episode_return']:.6f}"
         for (split, seed), expected in sorted(returns.items())
@@ -103,8 +105,8 @@ def record(run_dir: Path | str) -> dict:
     return {"episodes": len(returns), "actions": len(records), "source": source, "path": str(run_dir / REPLAY_FILE)}
 
 
-def load(run_dir: Path | str) -> Replay:
-    """The replay of a run (R/replay.jsonl); a damaged line is an error naming it."""
+def load(run_dir: Path | str, spec: EnvSpec) -> Replay:
+    """The replay of a run (R/replay.jsonl), played in environment `spec`; a damaged line is an error naming it."""
     path = Path(run_dir) / REPLAY_FILE
     if not path.exists():
         raise ReplayError(f"{path} does not exist: python -m lib replay record --run-dir {run_dir}")
@@ -120,14 +122,14 @@ def load(run_dir: Path | str) -> Replay:
     envs = {r["env"] for r in records}
     if len(envs) != 1:
         raise ReplayError(f"{path}: a replay holds one environment, found {sorted(envs)}")
-    return Replay(envs.pop(), records)
+    return Replay(spec, records)
 
 
 class Replay:
-    """Recorded actions by (split, seed, step)."""
+    """Recorded actions by (split, seed, step), played in environment `spec`."""
 
-    def __init__(self, env_name: str, records: list[dict]):
-        self.env_name = env_name
+    def __init__(self, spec: EnvSpec, records: list[dict]):
+        self.spec = spec
         self.actions = {(r["split"], r["seed"], r["step"]): r for r in records}
         self.seeds = {(r["split"], r["seed"]) for r in records}
         artifacts = {json.dumps(r["artifact"], sort_keys=True) for r in records}
@@ -137,15 +139,11 @@ class Replay:
         return ReplayPolicy(self)
 
     def play(self, split: str, seed: int) -> dict:
-        """One whole episode of the replayed policy: its return, and how many steps missed the replay."""
-        env, policy = get_spec(self.env_name).make_env(), self.policy()
-        observation = env.reset(seed, split)
-        policy.begin(seed)
-        while True:
-            result = env.step(policy.act(observation, env))
-            observation = result.observation
-            if result.done:
-                return {"episode_return": result.info["episode_return"], "misses": policy.misses}
+        """One whole episode of the replayed policy (`lib.episodes.run_episode`): its return, and how many steps
+        missed the replay."""
+        policy = self.policy()
+        episode = run_episode(self.spec.make_env(), policy, seed, split)
+        return {"episode_return": episode.episode_return, "misses": policy.misses}
 
 
 class ReplayPolicy(Policy):
@@ -156,7 +154,7 @@ class ReplayPolicy(Policy):
 
     def __init__(self, replay: Replay):
         self.replay = replay
-        self.teacher = get_spec(replay.env_name).make_policy(get_spec(replay.env_name).teacher)
+        self.teacher = replay.spec.make_policy(replay.spec.teacher)
         self.misses = 0
         self.last_miss = False
 

@@ -1,7 +1,8 @@
 """One workbook environment as an OpenEnv `Environment` (what OpenEnv's server runs, one instance per session),
 and the HTTP session table the dashboard and `WorkbookClient` use.
 
-Every environment of the registry is served by this same code: it names none of them.
+Every environment of the registry is served by this same code: it names none of them, and is handed the spec
+(`EnvSpec`) it serves.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from openenv.core.env_server.interfaces import Environment as OpenEnvEnvironment
 
-from ..envs import get_spec
+from ..envs import EnvSpec
 from .wire import WorkbookAction, WorkbookObservation, WorkbookState, check_split, observation_payload
 
 
@@ -41,14 +42,15 @@ class BadRequestError(ServeError):
 
 class ServedEnvironment(OpenEnvEnvironment):
     """A workbook environment behind OpenEnv's interface: `reset(seed, split)` and `step(WorkbookAction)` return
-    `WorkbookObservation`s. Instances share nothing, so OpenEnv may run many sessions at once."""
+    `WorkbookObservation`s. Instances share nothing, so OpenEnv may run many sessions at once. Each holds a fresh
+    environment of `spec`; `name` (default `spec.name`) is what its episode ids and state call the environment."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, env_name: str):
+    def __init__(self, spec: EnvSpec, name: str | None = None):
         super().__init__()
-        self.env_name = env_name
-        self.env = get_spec(env_name).make_env()
+        self.env_name = name or spec.name
+        self.env = spec.make_env()
         self.episode_id: str | None = None
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, split: str = "holdout") -> Any:
@@ -91,11 +93,11 @@ class ServedEnvironment(OpenEnvEnvironment):
 
 
 class Sessions:
-    """The HTTP sessions: id -> its own `ServedEnvironment`, each behind its own lock. At most `capacity` live at
-    once; one idle for `idle_s` seconds is dropped when a new one is opened."""
+    """The HTTP sessions: id -> its own `ServedEnvironment` of `spec` (called `name`), each behind its own lock. At
+    most `capacity` live at once; one idle for `idle_s` seconds is dropped when a new one is opened."""
 
-    def __init__(self, env_name: str, capacity: int, idle_s: float = 600.0):
-        self.env_name, self.capacity, self.idle_s = env_name, capacity, idle_s
+    def __init__(self, spec: EnvSpec, capacity: int, idle_s: float = 600.0, *, name: str | None = None):
+        self.spec, self.name, self.capacity, self.idle_s = spec, name, capacity, idle_s
         self._lock = threading.Lock()
         self._table: dict[str, tuple[ServedEnvironment, threading.Lock, list[float]]] = {}
 
@@ -107,7 +109,7 @@ class Sessions:
             if len(self._table) >= self.capacity:
                 raise CapacityError(f"{len(self._table)} sessions are open, the most this server keeps; close one")
             key = uuid.uuid4().hex
-            self._table[key] = (ServedEnvironment(self.env_name), threading.Lock(), [now])
+            self._table[key] = (ServedEnvironment(self.spec, self.name), threading.Lock(), [now])
             return key, self._table[key][0]
 
     def use(self, key: str):

@@ -15,7 +15,6 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..config import RunConfig
-from ..envs import get_spec
 from ..envs.base import Policy, format_action
 from ..episodes import candidate_returns, run_episode, scripted_policy
 from ..io import atomic_write_text
@@ -225,7 +224,7 @@ def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> lis
 
 def run_corpus(config: RunConfig, run: Run) -> dict:
     started = time.time()
-    spec = get_spec(config.env)
+    spec = config.spec
     env = spec.make_env()
     out = run.stage_dir("corpus")
     c = config.corpus

@@ -1,21 +1,27 @@
-"""GRPO's sampler in `grpo.mode: multi_turn`: whole episodes played against the served environment (OpenEnv,
-lib/serve), the model acting at every turn, the episode's return as the reward. A TRL `rollout_func`.
+"""GRPO's sampler in `grpo.mode: multi_turn`: whole episodes, the model acting at every turn, the episode's return
+as the reward. A TRL `rollout_func`.
 
 Each GRPO prompt is an episode start (a train seed; the prompt is its first observation). Its group is
-`num_generations` episodes from that start, played at once through `WorkbookClient` sessions: every turn the model
-scores the offered answers (lib/candidates.py) and one is drawn from its candidate policy at `grpo.temperature`;
-the server applies it, renders the next prompt and, at the end, reports the return.
+`num_generations` episodes from that start, played in lockstep by the one episode runner (`lib.episodes.play`):
+every turn the model scores the offered answers of every live episode in one batch (lib/candidates.py) and one is
+drawn from its candidate policy at `grpo.temperature`. Episodes are played in this process; with `grpo.env_url`
+they are played against that server over the wire (lib/serve/remote.py), the same runner and the same answers.
 
-What TRL trains on. TRL's loss takes one (prompt, completion) per sample, and the policy acts on one rendered
-state at a time, never on the conversation so far, so an episode cannot be packed into one sequence without
-training on contexts the policy never saw. Each episode therefore contributes one of its turns, drawn uniformly:
-the row is that turn's own prompt and the answer the policy gave there, and its reward is the whole episode's
-return. The group's advantages compare whole episodes from the same start, so the update is the REINFORCE
-gradient of the episode return (with the group mean as baseline), estimated from one turn per episode, on states
-the current policy itself reached.
+What TRL trains on. TRL's loss takes one (prompt, completion) per row, and the policy acts on one rendered state at
+a time, so each played turn is a row: that turn's own prompt and the answer the policy gave there.
+- `grpo.train_turns: all` (default): every played turn is a row. Its reward is its episode's advantage against the
+  start's group, A = R - mean(R) (divided by the group's std when `scale_rewards` is group, the batch's when batch),
+  times the turn's weight: mean_T / T with `turn_weight: episode` (each episode counts once, as a uniform draw of
+  one turn does in expectation), 1 with `turn_weight: turn` (REINFORCE's sum over the episode). A start owns
+  `num_generations x turn_rows` rows (TRL's group): fewer turns are padded with rows masked out of the loss
+  (`env_mask` 0, reward 0), more are subsampled uniformly with weight played/kept. TRL then gets the rows as
+  finished advantages (`scale_rewards` none); with episode weights and no subsampling they sum to zero over the
+  group, so TRL's own mean subtraction changes nothing.
+- `grpo.train_turns: one`: each episode contributes one turn drawn uniformly, its reward the episode return, and TRL
+  computes the group advantages as in step mode (the earlier recipe, kept for paired comparisons).
 
-Logged every step (multi_turn/*): mean episode length, share of episodes cut off at `grpo.max_turns`, and the
-policy's entropy over the candidates at the trained turns.
+Logged every step (multi_turn/*): mean episode length, share cut off at `grpo.max_turns`, mean return, turns
+played and trained; explore/candidate_entropy, the policy's entropy over the candidates at the trained turns.
 """
 
 from __future__ import annotations
@@ -26,78 +32,184 @@ from pathlib import Path
 
 import torch
 
-from ..candidates import answer_ids, choose, distribution, entropy, prompt_ids, score_answers
+from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
 from ..distributed import is_main, rank_key
-from ..envs import make_env
-from ..serve.client import play_served
+from ..episodes import CUT_OFF, Start, play
 
 
 def _key(messages) -> str:
     return json.dumps(messages, sort_keys=True)
 
 
-def episode_starts(env_name: str, seeds: list[int], split: str = "train") -> list[dict]:
+def episode_starts(spec, seeds: list[int], split: str = "train") -> list[dict]:
     """The dataset of multi-turn GRPO: one row per seed, its prompt the first observation as the environment's one
-    renderer draws it (the server sends the same messages: tests/test_serve.py)."""
-    env = make_env(env_name)
+    renderer draws it (a server sends the same messages: tests/test_serve.py)."""
+    env = spec.make_env()
     return [{"prompt": env.render(env.reset(seed, split)), "seed": seed, "split": split} for seed in seeds]
 
 
-def multi_turn_rollout(target: dict, rows: list[dict], group_size: int, temperature: float, seed: int, max_turns: int):
-    """The `rollout_func` (see the module docstring); it plays against the server at `target["url"]`, known once
-    training starts."""
-    by_prompt = {_key(r["prompt"]): r for r in rows}
+def rows_per_start(grpo) -> int:
+    """TRL's group size in multi_turn mode: the rows one episode start owns."""
+    return grpo.num_generations * (grpo.turn_rows if grpo.train_turns == "all" else 1)
+
+
+def environment_pool(spec, env_url: str | None = None):
+    """(make_env, release) for the runner: environments made once and reused across steps (`release` hands every
+    one made since back), in this process or, with `env_url`, sessions of that server."""
+    idle: list = []
+    used: list = []
+
+    def make():
+        if idle:
+            env = idle.pop()
+        elif env_url:
+            from ..serve.remote import RemoteEnvironment
+
+            env = RemoteEnvironment(env_url)
+        else:
+            env = spec.make_env()
+        used.append(env)
+        return env
+
+    def release() -> None:
+        idle.extend(used)
+        used.clear()
+
+    return make, release
+
+
+def play_group(model, tokenizer, make_env, starts: list[dict], episodes_per_start: int, *, temperature, key, max_turns):
+    """Play `episodes_per_start` episodes from every start, in lockstep, sampling from the candidate policy.
+    Returns, per episode (start-major), its `Episode` and its turns: (messages, answer, entropy)."""
+    turns: dict[int, list[tuple[list[dict], str, float]]] = {}
+
+    def act(live) -> list[str]:
+        offered = [answers(e.observation) for e in live]
+        messages = [e.env.render(e.observation) for e in live]
+        was_training = model.training
+        model.eval()  # no layer checkpointed, so the prompt's cache serves every answer
+        try:
+            with torch.no_grad():
+                scores = score_answers(model, tokenizer, messages, offered)
+        finally:
+            model.train(was_training)
+        texts = []
+        for entry, options, logprobs, shown in zip(live, offered, scores, messages):
+            generator = torch.Generator().manual_seed(zlib.crc32(f"{key}/{entry.index}/{entry.steps}".encode()))
+            probs = distribution(logprobs, temperature)
+            answer = options[choose(probs, greedy=False, generator=generator)[0]]
+            turns.setdefault(entry.index, []).append((shown, answer, entropy(probs)))
+            texts.append(answer)
+        return texts
+
+    plan = [Start(r["seed"], r["split"]) for r in starts for _ in range(episodes_per_start)]
+    episodes = play(make_env, plan, act, batch_size=len(plan), max_turns=max_turns)
+    return [(episode, turns.get(index, [])) for index, episode in enumerate(episodes)]
+
+
+def _advantages(returns: list[float], groups: int, scale: str) -> list[float]:
+    """Each episode's return against its group's mean (groups are consecutive, equal-sized), scaled as TRL's
+    `scale_rewards` would: by the group's std (group), the batch's (batch), or not (none)."""
+    values = torch.tensor(returns, dtype=torch.double).view(groups, -1)
+    centred = values - values.mean(dim=1, keepdim=True)
+    if scale == "group":
+        centred = centred / (values.std(dim=1, keepdim=True) + 1e-4)
+    elif scale == "batch":
+        centred = centred / (values.std() + 1e-4)
+    return centred.flatten().tolist()
+
+
+def turn_rows(played, episodes_per_start: int, rows_per_episode: int, *, scale: str, weight: str, generator):
+    """The training rows of `played` (`play_group`'s output) in `train_turns: all` mode: per start exactly
+    `episodes_per_start x rows_per_episode` rows of (messages, answer, reward, mask, episode index); see the module
+    docstring for the rewards, the padding and the subsampling."""
+    returns = [episode.episode_return for episode, _ in played]  # a cut-off episode's is 0
+    starts = len(played) // episodes_per_start
+    advantages = _advantages(returns, starts, scale)
+    width = episodes_per_start * rows_per_episode
+    rows = []
+    for start in range(starts):
+        members = range(start * episodes_per_start, (start + 1) * episodes_per_start)
+        lengths = [len(played[i][1]) for i in members]
+        mean_length = sum(lengths) / len(lengths)
+        candidates = []
+        for i, length in zip(members, lengths):
+            share = (mean_length / length if weight == "episode" else 1.0) if length else 0.0
+            candidates += [(shown, answer, advantages[i] * share, 1, i) for shown, answer, _ in played[i][1]]
+        if len(candidates) > width:
+            keep = torch.randperm(len(candidates), generator=generator)[:width].sort().values.tolist()
+            scale_up = len(candidates) / width
+            candidates = [(s, a, r * scale_up, m, i) for s, a, r, m, i in (candidates[k] for k in keep)]
+        pad = candidates[0] if candidates else None
+        while len(candidates) < width:
+            candidates.append((pad[0], pad[1], 0.0, 0, pad[4]))
+        rows += candidates
+    return rows, returns
+
+
+def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str | None = None):
+    """The `rollout_func` (see the module docstring)."""
+    by_prompt = {_key(r["prompt"]): r for r in starts}
+    group = rows_per_start(grpo)
+    make_env, release = environment_pool(spec, env_url)
 
     def rollout(prompts, trainer):
         tokenizer, model = trainer.processing_class, trainer.model
         step = trainer.state.global_step
-        starts = [by_prompt[_key(p)] for p in prompts]  # each start repeated group_size times, in order
-        draws = {"turn": 0}
-        entropies: dict[int, float] = {}  # id of an observation -> the policy's entropy over its candidates
-
-        def act(observations) -> list[str]:
-            offered = [[c["answer"] for c in o.candidates] for o in observations]
-            was_training = model.training
-            model.eval()  # no layer checkpointed, so the prompt's cache serves every answer
-            try:
-                with torch.no_grad():
-                    scores = score_answers(model, tokenizer, [o.messages for o in observations], offered)
-            finally:
-                model.train(was_training)
-            answers = []
-            for index, (options, logprobs) in enumerate(zip(offered, scores)):
-                key = f"{seed}/{step}/{draws['turn']}/{index}{rank_key()}"  # each rank draws its own episodes
-                generator = torch.Generator().manual_seed(zlib.crc32(key.encode()))
-                probs = distribution(logprobs, temperature)
-                answers.append(options[choose(probs, greedy=False, generator=generator)[0]])
-                entropies[id(observations[index])] = entropy(probs)
-            draws["turn"] += 1
-            return answers
-
-        episodes = play_served(target["url"], [(r["seed"], r["split"]) for r in starts], act, max_turns=max_turns)
-        picker = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{step}/turns{rank_key()}".encode()))
-        row_prompts, row_answers, returns, trained_entropy = [], [], [], []
-        for episode in episodes:
-            turn = episode["turns"][int(torch.randint(len(episode["turns"]), (1,), generator=picker))]
-            row_prompts.append(turn["observation"].messages)
-            row_answers.append(turn["answer"])
-            trained_entropy.append(entropies[id(turn["observation"])])
-            returns.append(float(episode["episode_return"]) if episode["done"] else 0.0)
-        lengths = [len(e["turns"]) for e in episodes]
+        chosen = [by_prompt[_key(p)] for p in prompts[::group]]  # each start repeated `group` times, in order
+        key = f"{seed}/{step}{rank_key()}"  # each rank draws its own episodes; a resumed run draws the same
+        try:
+            played = play_group(
+                model,
+                tokenizer,
+                make_env,
+                chosen,
+                grpo.num_generations,
+                temperature=grpo.temperature,
+                key=key,
+                max_turns=grpo.max_turns,
+            )
+        finally:
+            release()
+        picker = torch.Generator().manual_seed(zlib.crc32(f"{key}/turns".encode()))
+        if grpo.train_turns == "all":
+            rows, returns = turn_rows(
+                played,
+                grpo.num_generations,
+                grpo.turn_rows,
+                scale=grpo.scale_rewards,
+                weight=grpo.turn_weight,
+                generator=picker,
+            )
+        else:
+            returns = [episode.episode_return for episode, _ in played]  # a cut-off episode's is 0
+            rows = []
+            for index, (_, turns) in enumerate(played):
+                shown, answer, _ = turns[int(torch.randint(len(turns), (1,), generator=picker))]
+                rows.append((shown, answer, returns[index], 1, index))
+        entropies = {id(t[0]): t[2] for _, turns in played for t in turns}
+        trained = [r for r in rows if r[3]]
+        lengths = [len(turns) for _, turns in played]
         metrics = {
             "multi_turn/episode_len": sum(lengths) / len(lengths),
-            "multi_turn/cut_off": sum(not e["done"] for e in episodes) / len(episodes),
+            "multi_turn/cut_off": sum(e.end_reason == CUT_OFF for e, _ in played) / len(played),
             "multi_turn/return_mean": sum(returns) / len(returns),
-            "explore/candidate_entropy": sum(trained_entropy) / len(trained_entropy),
+            "multi_turn/played_turns": sum(lengths),
+            "multi_turn/trained_turns": len(trained),
+            "explore/candidate_entropy": sum(entropies[id(r[0])] for r in trained) / max(1, len(trained)),
         }
+        completions = [answer_ids(tokenizer, r[1]) for r in rows]
         return {
-            "prompt_ids": [prompt_ids(tokenizer, p) for p in row_prompts],
-            "completion_ids": [answer_ids(tokenizer, a) for a in row_answers],
+            "prompt_ids": [prompt_ids(tokenizer, r[0]) for r in rows],
+            "completion_ids": completions,
             "logprobs": None,
-            "episode_return": returns,
-            # every answer of each episode: what reproduces the return offline (tests/test_multiturn.py)
-            "episode_answers": [[t["answer"] for t in e["turns"]] for e in episodes],
-            "episode_seed": [e["seed"] for e in episodes],
+            "env_mask": [[r[3]] * len(c) for r, c in zip(rows, completions)],
+            "row_reward": [float(r[2]) for r in rows],
+            "row_trained": [bool(r[3]) for r in rows],
+            "episode_return": [returns[r[4]] for r in rows],
+            # every answer of each row's episode: what reproduces its return offline (tests/test_multiturn.py)
+            "episode_answers": [[t[1] for t in played[r[4]][1]] for r in rows],
+            "episode_seed": [played[r[4]][0].seed for r in rows],
             "rollout_metrics": metrics,
         }
 
@@ -105,26 +217,27 @@ def multi_turn_rollout(target: dict, rows: list[dict], group_size: int, temperat
 
 
 def make_episode_reward(samples_path: Path | None = None, sample_completions: int = 0):
-    """The reward of `grpo.mode: multi_turn`: the return of the episode each sampled turn belongs to, as the served
-    environment reported it (the same `episode_return` evaluation reads). The first `sample_completions` of every
-    step go to `samples_path` (grpo/samples.jsonl) with their episode's seed and length, as in step mode."""
+    """The reward of `grpo.mode: multi_turn`: each row's reward as the rollout computed it from its episode's return
+    (the same `episode_return` evaluation reads; see the module docstring). The first `sample_completions` trained
+    rows of every step go to `samples_path` (grpo/samples.jsonl) with their episode's seed, return and length."""
 
-    def episode_reward(completions, episode_return, episode_seed=None, episode_answers=None, **_) -> list[float]:
-        rewards = [float(r) for r in episode_return]
+    def episode_reward(
+        completions, row_reward, episode_return, row_trained=None, episode_seed=None, episode_answers=None, **_
+    ) -> list[float]:
+        rewards = [float(r) for r in row_reward]
         if samples_path is not None and sample_completions and is_main():
+            kept = [i for i in range(len(rewards)) if row_trained is None or row_trained[i]][:sample_completions]
             with Path(samples_path).open("a", encoding="utf-8") as handle:
-                for index, (completion, reward) in enumerate(list(zip(completions, rewards))[:sample_completions]):
-                    handle.write(
-                        json.dumps(
-                            {
-                                "completion": completion[-1]["content"] if isinstance(completion, list) else completion,
-                                "reward": reward,
-                                "seed": episode_seed[index] if episode_seed else None,
-                                "episode_turns": len(episode_answers[index]) if episode_answers else None,
-                            }
-                        )
-                        + "\n"
-                    )
+                for index in kept:
+                    completion = completions[index]
+                    record = {
+                        "completion": completion[-1]["content"] if isinstance(completion, list) else completion,
+                        "reward": rewards[index],
+                        "episode_return": float(episode_return[index]),
+                        "seed": episode_seed[index] if episode_seed else None,
+                        "episode_turns": len(episode_answers[index]) if episode_answers else None,
+                    }
+                    handle.write(json.dumps(record) + "\n")
         return rewards
 
     return episode_reward

@@ -12,7 +12,6 @@ import torch
 
 from ..config import RunConfig
 from ..distributed import is_main
-from ..envs import get_spec
 from ..episodes import action_returns, policy_actor
 from .explore import group_metrics
 
@@ -51,7 +50,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     environment's penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive
     reward."""
     g = config.grpo
-    spec = get_spec(config.env)
+    spec = config.spec
     if g.continuation == "policy":
         if policy is None:
             raise ValueError("grpo.continuation is 'policy' but no policy model was given to the reward function")

@@ -24,18 +24,17 @@ import torch
 
 from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
 from ..distributed import rank_key
-from ..envs import make_env
 
 
 def _prompt_key(prompt) -> str:
     return json.dumps(prompt, sort_keys=True)
 
 
-def candidate_rollout(rows: list[dict], env_name: str, group_size: int, temperature: float, seed: int):
+def candidate_rollout(rows: list[dict], spec, group_size: int, temperature: float, seed: int):
     """The `rollout_func` (see the module docstring). `rows` are the GRPO prompts of the corpus: each state is
     rebuilt from its (seed, split, history) to read its candidates."""
     by_prompt = {_prompt_key(r["prompt"]): r for r in rows}
-    env = make_env(env_name)
+    env = spec.make_env()
 
     def rollout(prompts, trainer):
         tokenizer = trainer.processing_class

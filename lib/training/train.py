@@ -17,7 +17,7 @@ import json
 import resource
 import shutil
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -27,7 +27,6 @@ from transformers import TrainerCallback
 from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
-from ..envs import get_spec
 from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .checkpoints import CheckpointManifestCallback, verify_checkpoint
@@ -118,9 +117,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     out = run.stage_dir("sft")
     base = config.model.name
     if is_tiny(config.model):
-        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [
-            get_spec(config.env).vocabulary()
-        ]
+        texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [config.spec.vocabulary()]
         if is_main():  # one process builds the tokenizer and the untrained model; the others load what it saved
             build_tiny(texts, config.model.tiny, out / "base_model", config.seed)
         wait_for_everyone()
@@ -303,35 +300,34 @@ def _explore_summary(history: list[dict]) -> dict:
 
 def _sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
     """What GRPO samples from, by `grpo.mode`: the dataset, TRL's `rollout_func` (None: TRL generates free text),
-    the reward (None: the step-mode environment reward) and, in multi_turn mode, `serve(stack)`, which returns the
-    served environment's url: `grpo.env_url`, or a server it starts on localhost into `stack` (stopped with it)."""
+    the reward (None: the step-mode environment reward) and the GRPOConfig values the mode sets. In multi_turn mode
+    episodes are played in this process, or against `grpo.env_url` when one is given; no server is started."""
     g = config.grpo
     if g.mode == "multi_turn":
-        from ..serve.launch import served
-        from .multiturn import episode_starts, make_episode_reward, multi_turn_rollout
+        from .multiturn import episode_starts, make_episode_reward, multi_turn_rollout, rows_per_start
 
-        target = {"url": g.env_url}
-
-        def serve(stack: ExitStack) -> str:
-            target["url"] = g.env_url or stack.enter_context(served(config.env, env_args=config.env_args))
-            return target["url"]
-
-        starts = episode_starts(config.env, sorted({r["seed"] for r in rows}))
+        starts = episode_starts(config.spec, sorted({r["seed"] for r in rows}))
         check_prompt_length(tokenizer, [r["prompt"] for r in starts], g.max_prompt_length)
+        group = rows_per_start(g)
         return {
             "dataset": Dataset.from_list(starts),
-            "rollout": multi_turn_rollout(target, starts, g.num_generations, g.temperature, config.seed, g.max_turns),
+            "rollout": multi_turn_rollout(config.spec, starts, g, config.seed, env_url=g.env_url),
             "reward": make_episode_reward(out / "samples.jsonl", g.sample_completions),
-            "serve": serve,
+            # TRL's group is one start's rows; with every turn trained the rollout hands over finished advantages
+            "trl": {
+                "num_generations": group,
+                "per_device_train_batch_size": g.batch_size // g.num_generations * group,
+                **({"scale_rewards": "none"} if g.train_turns == "all" else {}),
+            },
         }
     rollout = None
     if config.model.action_space == "candidates":
-        rollout = candidate_rollout(rows, config.env, g.num_generations, g.temperature, config.seed)
+        rollout = candidate_rollout(rows, config.spec, g.num_generations, g.temperature, config.seed)
     return {
         "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
         "rollout": rollout,
         "reward": None,
-        "serve": None,
+        "trl": {},
     }
 
 
@@ -390,8 +386,12 @@ def train_grpo(
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
         max_steps=g.max_steps,
-        per_device_train_batch_size=g.batch_size,
-        num_generations=g.num_generations,
+        **{
+            "per_device_train_batch_size": g.batch_size,
+            "num_generations": g.num_generations,
+            "scale_rewards": g.scale_rewards,
+            **sampler["trl"],
+        },
         learning_rate=g.learning_rate,
         lr_scheduler_type=g.lr_scheduler_type,
         max_completion_length=g.max_completion_length,
@@ -403,7 +403,6 @@ def train_grpo(
         entropy_coef=g.entropy_coef,
         use_adaptive_entropy=g.use_adaptive_entropy,
         entropy_target=g.entropy_target,
-        scale_rewards=g.scale_rewards,
         logging_steps=g.logging_steps,
         **_tracking(config, run, stage),
         seed=config.seed,
@@ -436,11 +435,8 @@ def train_grpo(
     run.log(
         f"{stage}_start", resume_from=resume_from, prompts=len(sampler["dataset"]), base_model=base_model, mode=g.mode
     )
-    served_at = None
     try:
-        with ExitStack() as servers:  # multi_turn: the environment server, for as long as training runs
-            served_at = sampler["serve"](servers) if sampler["serve"] else None
-            trainer.train(resume_from_checkpoint=resume_from)
+        trainer.train(resume_from_checkpoint=resume_from)
     except RuntimeError as error:  # NaN weights can also surface as a sampling error inside generation
         if "nan" not in str(error).lower() and "inf" not in str(error).lower():
             raise
@@ -472,6 +468,8 @@ def train_grpo(
             kept["kept_step"] = validation.best["step"]
     wait_for_everyone()  # the kept adapter is in place before any process hashes it
     history = [h for h in trainer.state.log_history if "reward" in h]
+    # multi_turn with every turn trained: the rows' rewards are advantages, the episodes' returns are the reward
+    returned = "multi_turn/return_mean" if any("multi_turn/return_mean" in h for h in history) else "reward"
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return run.stage_done(
         stage,
@@ -483,14 +481,15 @@ def train_grpo(
             "backend": backend,
             "logprob_kernel": logprob_kernel,
             "steps": trainer.state.global_step,
-            "reward_first": history[0]["reward"] if history else None,
-            "reward_last": history[-1]["reward"] if history else None,
-            "reward_mean": sum(h["reward"] for h in history) / len(history) if history else None,
+            "reward_first": history[0][returned] if history else None,
+            "reward_last": history[-1][returned] if history else None,
+            "reward_mean": sum(h[returned] for h in history) / len(history) if history else None,
             "frac_reward_zero_std_mean": sum(zero_std) / len(zero_std) if zero_std else None,
             **_explore_summary(history),
             **kept,
             "mode": g.mode,
-            **({"env_url": served_at, "episode_starts": len(sampler["dataset"])} if served_at else {}),
+            **({"env_url": g.env_url} if g.mode == "multi_turn" and g.env_url else {}),
+            **({"episode_starts": len(sampler["dataset"])} if g.mode == "multi_turn" else {}),
             "adapter_sha256": weights_sha256(adapter_dir),
             "resumed_from": resume_from,
         },

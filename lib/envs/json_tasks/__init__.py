@@ -1,7 +1,7 @@
 """json_tasks, schema-bound structured output (README.md here; DATA.md for where the tasks come from).
 
 `SPEC` plays the built-in generator's tasks; `make_spec(tasks="path.jsonl")` plays the tasks of your own file
-(`env_args: {tasks: path.jsonl}` in a run's config; `lib.envs.configure` passes them here).
+(`env_args: {tasks: path.jsonl}` in a run's config; `lib.envs.get_spec("json_tasks", env_args)` passes them here).
 """
 
 from __future__ import annotations

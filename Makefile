@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup browser test test-fast run serve baselines bench-train clean
+.PHONY: setup browser test test-fast run serve baselines bench-train bench-speed clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ baselines: $(STAMP)
 # Benchmark: wall time of corpus + SFT + GRPO (three stage commands), 3 fresh runs, median printed.
 bench-train: $(STAMP)
 	$(PY) -m lib bench-train --profile $(or $(PROFILE),cpu-smoke) --repeats 3 --out outputs/bench_train_$(or $(PROFILE),cpu-smoke).json
+
+# Benchmark: today's path (commit 0868a4d) against this checkout, with the bare-loop limits; run it alone (about 15 min).
+bench-speed: $(STAMP)
+	$(PY) -m lib bench-speed --profile $(or $(PROFILE),cpu-smoke) --out bench/speed_$(or $(PROFILE),cpu-smoke).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

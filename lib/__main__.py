@@ -80,6 +80,14 @@ def _bench_train(args) -> int:
     return 0
 
 
+def _bench_speed(args) -> int:
+    """Today's path against this checkout's, with the bare-loop limits beside them (lib/bench/bench_speed.py)."""
+    from .bench.bench_speed import run_bench
+
+    run_bench(args.profile, args.baseline_ref, args.grpo_steps, args.eval_episodes, args.out)
+    return 0
+
+
 def _bench_serve(args) -> int:
     """Load benchmark of a fresh localhost server (lib/bench/bench_serve.py); non-zero on any error."""
     import json
@@ -381,6 +389,17 @@ def main(argv=None) -> int:
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_train)
+    t = verbs.add_parser(
+        "bench-speed",
+        help="benchmark: multi-turn GRPO turns/s, evaluation episodes/s and scoring tokens/s, SFT tokens/s of a "
+        "baseline commit against this checkout, beside bare forward and forward+backward loops (one JSON)",
+    )
+    t.add_argument("--profile", default="cpu-smoke")
+    t.add_argument("--baseline-ref", default="0868a4d", help="the commit whose path is 'today' (a git ref)")
+    t.add_argument("--grpo-steps", type=int, default=6)
+    t.add_argument("--eval-episodes", type=int, default=100)
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_speed)
     b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
     b.add_argument("--env", required=True, help=f"one of {builtin_names()} or a dotted module path defining SPEC")
     b.add_argument("--clients", type=int, default=32)

@@ -210,7 +210,7 @@ class GRPOStageConfig(Strict):
         "the episode's turns, long episodes weigh more)",
     )
     turn_rows: int = Field(
-        12,
+        8,
         ge=1,
         description="multi_turn with train_turns all: training rows per played episode. A start's group has "
         "num_generations x turn_rows rows: fewer played turns are padded with masked rows, more are subsampled "

@@ -99,3 +99,51 @@ def test_the_public_trl_hooks_the_stages_use_are_there():
         "gradient_checkpointing_kwargs",
     ], "trl.models.utils.disable_gradient_checkpointing changed (lib/training/train.py: sampling_mode)"
     assert PREFIX_CHECKPOINT_DIR == "checkpoint"  # lib/training/checkpoints.py: CheckpointManifestCallback
+
+
+def test_private_trl_member_grpo_prepare_inputs_still_buffers_the_split_generation_batch():
+    from trl import GRPOTrainer
+
+    name = "trl.GRPOTrainer._prepare_inputs"
+    assert callable(getattr(GRPOTrainer, "_prepare_inputs", None)), f"{name} is gone: lib/training/train.py wraps it"
+    source = inspect.getsource(GRPOTrainer._prepare_inputs)
+    for member in ("self._buffered_inputs", "split_tensor_dict", "self.args.steps_per_generation", "self._step"):
+        assert member in source, f"{name} no longer uses {member}: lib/training/train.py's by_prompt_length must change"
+
+
+def test_micro_batches_regrouped_by_prompt_length_keep_every_row_and_drop_only_shared_padding():
+    from lib.training.train import by_prompt_length
+
+    torch.manual_seed(0)
+    lengths = torch.tensor([5, 9, 2, 7, 3, 9, 4, 6])
+    width = 9
+    mask = (torch.arange(width)[None] >= width - lengths[:, None]).long()  # left-padded
+    ids = torch.randint(1, 100, (8, width)) * mask
+    batch = {
+        "prompt_ids": ids,
+        "prompt_mask": mask,
+        "completion_ids": torch.arange(8)[:, None].repeat(1, 3),
+        "advantages": torch.randn(8),
+        "rows": list(range(8)),
+        "num_items_in_batch": torch.tensor(24),
+        "old_per_token_logps": None,
+    }
+    halves = [
+        {
+            k: (v[i * 4 : (i + 1) * 4] if k not in ("num_items_in_batch", "old_per_token_logps") else v)
+            for k, v in batch.items()
+        }
+        for i in range(2)
+    ]
+    regrouped = by_prompt_length(halves)
+    assert len(regrouped) == 2 and sorted(r for b in regrouped for r in b["rows"]) == list(range(8))
+    assert [int(b["prompt_mask"].sum(1).max()) for b in regrouped] == [5, 9] and regrouped[0]["prompt_ids"].shape[
+        1
+    ] == 5
+    for part in regrouped:
+        for position, row in enumerate(part["rows"]):
+            real = part["prompt_mask"][position].bool()
+            assert torch.equal(part["prompt_ids"][position][real], ids[row][mask[row].bool()])  # the same tokens
+            assert part["advantages"][position] == batch["advantages"][row]
+            assert torch.equal(part["completion_ids"][position], batch["completion_ids"][row])
+        assert part["num_items_in_batch"] == 24 and part["old_per_token_logps"] is None

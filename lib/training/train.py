@@ -5,9 +5,11 @@
 untrained model, into grpo_no_sft/) when `eval.ablations` lists `no_sft`; the evaluate stage only loads it.
 
 TRL is reached through its public hooks: callbacks, `reward_funcs` (whose `log_metric` argument logs the step
-timings and the candidate sampler's explore/* metrics), `rollout_func`, `TrainerState`. One private member remains,
+timings and the candidate sampler's explore/* metrics), `rollout_func`, `TrainerState`. Two private members remain:
 `GRPOTrainer._generate`, overridden to sample without gradient checkpointing (no public hook sits between sampling
-and the loss); tests/test_trl_compat.py fails naming it if a TRL upgrade changes it.
+and the loss), and `GRPOTrainer._prepare_inputs` with its `_buffered_inputs`, wrapped to regroup a step's
+micro-batches by prompt length (`by_prompt_length`); tests/test_trl_compat.py fails naming either if a TRL upgrade
+changes it.
 """
 
 from __future__ import annotations
@@ -250,12 +252,48 @@ def sampling_mode(model, gradient_checkpointing_kwargs=None):
         yield
 
 
+def by_prompt_length(micro_batches: list[dict]) -> list[dict]:
+    """A generation batch's micro-batches regrouped by prompt length, each without the padding columns all its rows
+    share. TRL pads every row to the generation batch's longest prompt and shuffles the rows into micro-batches; when
+    all of them accumulate into one optimizer step (one pass over the batch: `num_iterations` 1), which rows share a
+    micro-batch does not change the update, only how much padding each forward pass carries."""
+    count = len(micro_batches)
+    merged: dict = {}
+    for key, first in micro_batches[0].items():
+        parts = [batch[key] for batch in micro_batches]
+        if isinstance(first, torch.Tensor) and first.ndim >= 1:
+            merged[key] = torch.cat(parts)
+        elif isinstance(first, list):
+            merged[key] = [item for part in parts for item in part]
+        else:
+            merged[key] = first  # a scalar the micro-batches share (e.g. num_items_in_batch)
+    rows = len(merged["prompt_mask"])
+    order = torch.argsort(merged["prompt_mask"].sum(1), stable=True).tolist()
+    size = rows // count
+    regrouped = []
+    for index in range(count):
+        chosen = order[index * size : (index + 1) * size]
+        batch = {}
+        for key, value in merged.items():
+            if isinstance(value, torch.Tensor) and value.ndim >= 1 and len(value) == rows:
+                batch[key] = value[chosen]
+            elif isinstance(value, list) and len(value) == rows:
+                batch[key] = [value[i] for i in chosen]
+            else:
+                batch[key] = value
+        width = int(batch["prompt_mask"].sum(1).max())  # prompts are left-padded
+        batch["prompt_ids"], batch["prompt_mask"] = batch["prompt_ids"][:, -width:], batch["prompt_mask"][:, -width:]
+        regrouped.append(batch)
+    return regrouped
+
+
 def _timed_trainer_class(timings: dict):
     from trl import GRPOTrainer
 
     class TimedGRPOTrainer(GRPOTrainer):
         """TRL's GRPOTrainer, sampling without gradient checkpointing and timing it (into `timings`, which the
-        reward function logs: `_logged_reward`)."""
+        reward function logs: `_logged_reward`), and training micro-batches grouped by prompt length
+        (`by_prompt_length`)."""
 
         def _generate(self, prompts):  # private in TRL 1.15: tests/test_trl_compat.py checks it
             start = time.perf_counter()
@@ -263,6 +301,17 @@ def _timed_trainer_class(timings: dict):
                 result = super()._generate(prompts)
             timings["time/generation_s"] = time.perf_counter() - start
             return result
+
+        def _prepare_inputs(self, generation_batch):  # private in TRL 1.15: tests/test_trl_compat.py checks it
+            fresh = self.model.training and (
+                self._buffered_inputs is None
+                or self._step % (self.args.steps_per_generation * self.num_iterations) == 0
+            )
+            inputs = super()._prepare_inputs(generation_batch)
+            if fresh and self.args.steps_per_generation > 1 and self.num_iterations == 1:
+                self._buffered_inputs = by_prompt_length(self._buffered_inputs)
+                inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+            return inputs
 
     return TimedGRPOTrainer
 
@@ -313,10 +362,13 @@ def _sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
             "dataset": Dataset.from_list(starts),
             "rollout": multi_turn_rollout(config.spec, starts, g, config.seed, env_url=g.env_url),
             "reward": make_episode_reward(out / "samples.jsonl", g.sample_completions),
-            # TRL's group is one start's rows; with every turn trained the rollout hands over finished advantages
+            # TRL's group is one start's rows, and one start's rows are one micro-batch: the starts of a step are
+            # accumulated into one optimizer step (the dapo loss is normalised over all of them, as in one batch).
+            # With every turn trained the rollout hands over finished advantages.
             "trl": {
                 "num_generations": group,
-                "per_device_train_batch_size": g.batch_size // g.num_generations * group,
+                "per_device_train_batch_size": group,
+                "gradient_accumulation_steps": g.batch_size // g.num_generations,
                 **({"scale_rewards": "none"} if g.train_turns == "all" else {}),
             },
         }

@@ -158,9 +158,9 @@ def _probe_explore(args) -> int:
 def _compare(args) -> int:
     """Forks of one base, each quickchecked on the same seeds: every variant's GRPO minus the first run's GRPO,
     paired by seed, as a markdown table (the ablation table)."""
-    from .reporting.compare import compare_table
+    from .reporting.compare import compare_table, pair_table
 
-    table = compare_table(args.runs, args.split)
+    table = pair_table(args.runs) if args.pairs else compare_table(args.runs, args.split)
     print(table)
     if args.out:
         from .io import atomic_write_text
@@ -355,6 +355,11 @@ def main(argv=None) -> int:
     c = verbs.add_parser("compare", help="ablation table: forks' GRPO returns paired by seed against the first run's")
     c.add_argument("runs", nargs="+", type=Path, help="the reference run first, then its variants (forks of one base)")
     c.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    c.add_argument(
+        "--pairs",
+        action="store_true",
+        help="the runs are pairs A B on the same corpus, SFT and seeds: B - A per seed and split, with both gates",
+    )
     c.add_argument("--out", type=Path, default=None)
     c.set_defaults(func=_compare)
     p = verbs.add_parser(

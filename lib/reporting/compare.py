@@ -1,7 +1,8 @@
-"""`python -m lib compare`: the ablation table of forks (`python -m lib fork`), each quickchecked on the same seeds.
+"""`python -m lib compare`: the ablation table of forks (`python -m lib fork`), each quickchecked on the same seeds;
+and, with `--pairs`, the table of run pairs on the same corpus, SFT and seeds (e.g. step mode against multi-turn).
 
-Reads each run's quickcheck.json (or quickcheck_<split>.json), manifest.json and grpo/stage.json; writes nothing
-(the command writes the table to --out).
+Reads each run's quickcheck.json (or quickcheck_<split>.json), manifest.json and grpo/stage.json, or for pairs its
+evaluate/episodes.jsonl and gate.json; writes nothing (the command writes the table to --out).
 """
 
 from __future__ import annotations
@@ -53,4 +54,55 @@ def compare_table(runs: list, split: str = "holdout") -> str:
             f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
             f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |"
         )
+    return "\n".join(lines)
+
+
+def _greedy_returns(run: Path, policy: str, split: str) -> dict[int, float]:
+    """{seed: return} of `policy`'s greedy evaluation episodes on `split` (evaluate/episodes.jsonl; ablation
+    episodes, which carry an `ablation` key, are left out)."""
+    path = run / "evaluate" / "episodes.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the pair table reads the evaluated episodes of both runs")
+    returns = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line) if line.strip() else None
+        if record and record["policy"] == policy and record["split"] == split and "ablation" not in record:
+            returns[int(record["seed"])] = float(record["return"])
+    return returns
+
+
+def pair_table(runs: list, splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
+    """Markdown: runs given in pairs (A, B) that share their corpus, SFT and seeds (B a fork of A, or A of B): per
+    pair and split, the run seed, each GRPO's mean return, B - A paired by episode seed with its 95% CI, and each
+    run's gate outcome checks (improved, beats the teacher) from its gate.json."""
+    if len(runs) % 2:
+        raise ValueError(f"--pairs takes runs two by two (A B A B ...); got {len(runs)}")
+
+    def gate(run: Path) -> str:
+        path = run / "gate.json"
+        if not path.is_file():
+            return "no gate.json"
+        verdict = json.loads(path.read_text())
+        said = {True: "yes", False: "no"}
+        integrity = "ok" if verdict["integrity_passed"] else "FAIL"
+        improved, beats = said[verdict["improved"]], said[verdict["beats_teacher"]]
+        return f"improved {improved}, beats teacher {beats}, integrity {integrity}"
+
+    lines = [
+        "| seed | split | A | B | A GRPO | B GRPO | B - A (paired) | A gate | B gate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for a, b in zip(runs[::2], runs[1::2]):
+        a, b = Path(a), Path(b)
+        seed = json.loads((a / "manifest.json").read_text())["config"]["seed"]
+        for split in splits:
+            ra, rb = _greedy_returns(a, "grpo", split), _greedy_returns(b, "grpo", split)
+            if not ra or not rb:
+                continue
+            d = paired_difference(rb, ra)
+            lines.append(
+                f"| {seed} | {split} | {a.name} | {b.name} | {sum(ra.values()) / len(ra):.3f} | "
+                f"{sum(rb.values()) / len(rb):.3f} | {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] | "
+                f"{gate(a)} | {gate(b)} |"
+            )
     return "\n".join(lines)

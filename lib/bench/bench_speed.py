@@ -6,7 +6,8 @@ user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (multi
 no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT model (this checkout's)
 with each checkout's evaluation code. It reads:
 - SFT tokens/s (the stage's own count of the tokens trained on, over its train runtime);
-- GRPO: stage seconds, played turns/s and trained turns/s (turns over the grpo stage's seconds);
+- GRPO: stage seconds, played turns/s and trained turns/s (turns over the grpo stage's seconds), and played turns
+  per second of playing (the sampler's own time, `time/generation_s`);
 - evaluation: episodes/s and scoring tokens/s (prompt and answer tokens scored, over the wall time).
 
 Beside them, the limit of this machine for the same model: a bare PyTorch loop of forward + backward at the SFT
@@ -105,12 +106,15 @@ def _grpo_figures(run_dir: Path, episodes_per_step: int) -> dict:
     # the earlier sampler trained one turn per episode and did not log the count
     trained = sum(h.get("multi_turn/trained_turns", episodes_per_step) for h in steps)
     seconds = record["duration_s"]
+    playing = sum(h["time/generation_s"] for h in steps)  # the sampler: every episode of the step played
     return {
         "steps": len(steps),
         "stage_s": seconds,
+        "play_s": round(playing, 2),
         "played_turns": round(played),
         "trained_turns": round(trained),
         "played_turns_per_s": round(played / seconds, 2),
+        "played_turns_per_play_s": round(played / playing, 2),
         "trained_turns_per_s": round(trained / seconds, 2),
         "step_time_s_median": sorted(h["step_time"] for h in log if "step_time" in h)[len(steps) // 2]
         if steps
@@ -221,6 +225,9 @@ def run_bench(profile: str, baseline_ref: str, grpo_steps: int, eval_episodes: i
                 after["grpo"]["trained_turns_per_s"], before["grpo"]["trained_turns_per_s"]
             ),
             "grpo_played_turns_per_s": ratio(after["grpo"]["played_turns_per_s"], before["grpo"]["played_turns_per_s"]),
+            "grpo_played_turns_per_play_s": ratio(
+                after["grpo"]["played_turns_per_play_s"], before["grpo"]["played_turns_per_play_s"]
+            ),
             "evaluation_episodes_per_s": ratio(
                 after["evaluation"]["episodes_per_s"], before["evaluation"]["episodes_per_s"]
             ),

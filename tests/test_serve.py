@@ -25,11 +25,12 @@ import yaml
 from fastapi.testclient import TestClient
 
 from lib.envs import builtin_names, get_spec
-from lib.episodes import run_episode
+from lib.episodes import Start, play, run_episode
 from lib.serve import app as serve_app
 from lib.serve import launch
 from lib.serve.app import MAX_BODY, build_app
-from lib.serve.client import ServerLostError, WorkbookClient, play_served
+from lib.serve.client import ServerLostError, WorkbookClient
+from lib.serve.remote import RemoteEnvironment
 from lib.serve.wire import MAX_WIRE_ACTION_CHARS, WorkbookAction
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,26 +175,28 @@ def test_websocket_client_plays_every_environment_as_locally(server, env_name):
 
 
 @pytest.mark.parametrize("env_name", ENVS)
-def test_play_served_sixteen_episodes_at_once_return_what_local_play_returns(server, env_name):
-    starts = [(seed, SPLITS[seed % 3]) for seed in range(16)]
-    locals_ = {start: Local(env_name, *start) for start in starts}
+def test_the_episode_runner_plays_sixteen_served_episodes_at_once_as_it_plays_local_ones(server, env_name):
+    """`lib.episodes.play` over `RemoteEnvironment` sessions (what multi-turn GRPO uses with grpo.env_url): every
+    prompt is the local renderer's, and every return the local environment's."""
+    starts = [Start(seed, SPLITS[seed % 3]) for seed in range(16)]
+    locals_ = {(s.seed, s.split): Local(env_name, s.seed, s.split) for s in starts}
 
-    def act(observations):
+    def act(live):
         answers = []
-        for observation in observations:
-            local = locals_[(observation.seed, observation.split)]
-            assert observation.messages == local.messages()
+        for entry in live:
+            local = locals_[(entry.seed, entry.start.split)]
+            assert entry.env.render(entry.observation) == local.messages()
             answer = local.answer()
             local.step(answer)
             answers.append(answer)
         return answers
 
-    episodes = play_served(server(env_name), starts, act)
-    assert [(e["seed"], e["split"]) for e in episodes] == starts
+    url = server(env_name)
+    episodes = play(lambda: RemoteEnvironment(url), starts, act, batch_size=16)
+    assert [(e.seed, e.split) for e in episodes] == [(s.seed, s.split) for s in starts]
     for episode in episodes:
-        assert episode["done"]
-        assert episode["episode_return"] == local_return(env_name, episode["seed"], episode["split"])
-        assert len(episode["turns"]) == len(locals_[(episode["seed"], episode["split"])].env.history)
+        assert episode.episode_return == local_return(env_name, episode.seed, episode.split)
+        assert episode.steps == len(locals_[(episode.seed, episode.split)].env.history)
 
 
 def test_interleaved_sessions_are_isolated():
@@ -601,7 +604,7 @@ def test_an_oversized_websocket_message_closes_only_its_own_connection(server):
     asyncio.run(oversized_then_fresh())
 
 
-def test_play_served_works_inside_a_running_event_loop(server):
+def test_a_remote_environment_works_inside_a_running_event_loop(server):
     """A notebook kernel runs an event loop: the grpo stage's multi-turn sampler is called from inside one."""
     import asyncio
 
@@ -609,13 +612,14 @@ def test_play_served_works_inside_a_running_event_loop(server):
     expected = local_return(env_name, 3, "holdout")
     local = Local(env_name, 3, "holdout")
 
-    def act(observations):
+    def act(live):
         answer = local.answer()
         local.step(answer)
         return [answer]
 
     async def inside_a_loop():
-        return play_served(server(env_name), [(3, "holdout")], act)
+        url = server(env_name)
+        return play(lambda: RemoteEnvironment(url), [Start(3, "holdout")], act)
 
     (episode,) = asyncio.run(inside_a_loop())
-    assert episode["done"] and episode["episode_return"] == expected
+    assert episode.end_reason != "cut_off" and episode.episode_return == expected

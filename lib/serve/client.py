@@ -1,6 +1,6 @@
 """`WorkbookClient`: OpenEnv's WebSocket client for a served workbook environment (one server-side session per
-client), and `play_served`, which plays many episodes against a server at once with any actor: what the
-multi-turn GRPO sampler (lib/training/multiturn.py) and the load benchmark (lib/bench/bench_serve.py) drive.
+client): what `RemoteEnvironment` (lib/serve/remote.py, the served environment the one episode runner plays) and
+the load benchmark (lib/bench/bench_serve.py) drive.
 
     client = WorkbookClient("http://127.0.0.1:8000").sync()
     with client:
@@ -11,8 +11,6 @@ multi-turn GRPO sampler (lib/training/multiturn.py) and the load benchmark (lib/
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from openenv.core import EnvClient
 from openenv.core.client_types import StepResult
@@ -57,45 +55,3 @@ class WorkbookClient(EnvClient[WorkbookAction, WorkbookObservation, WorkbookStat
                     f"the environment server at {self._ws_url} closed the session mid-episode ({why}): {error}"
                 ) from error
             raise
-
-
-# act(observations of the live episodes) -> one answer text each
-Actor = Callable[[list[WorkbookObservation]], list[str]]
-
-
-async def _play(url: str, starts: list[tuple[int, str]], act: Actor, max_turns: int) -> list[dict]:
-    clients = [WorkbookClient(url) for _ in starts]
-    try:
-        await asyncio.gather(*(c.connect() for c in clients))
-        results = await asyncio.gather(*(c.reset(seed=seed, split=split) for c, (seed, split) in zip(clients, starts)))
-        episodes = [{"seed": seed, "split": split, "turns": []} for seed, split in starts]
-        live = list(range(len(starts)))
-        for _ in range(max_turns):
-            if not live:
-                break
-            observations = [results[i].observation for i in live]
-            answers = act(observations)
-            stepped = await asyncio.gather(*(clients[i].step(WorkbookAction(text=a)) for i, a in zip(live, answers)))
-            for i, observation, answer, result in zip(live, observations, answers, stepped):
-                episodes[i]["turns"].append({"observation": observation, "answer": answer, "reward": result.reward})
-                results[i] = result
-            live = [i for i in live if not results[i].done]
-        for episode, result in zip(episodes, results):
-            episode["done"] = result.done
-            episode["episode_return"] = result.observation.episode_return if result.done else None
-        return episodes
-    finally:
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
-
-
-def play_served(url: str, starts: list[tuple[int, str]], act: Actor, max_turns: int = 1000) -> list[dict]:
-    """Play one episode per (seed, split) in `starts` against the server at `url`, all at once (one session each);
-    every turn `act` answers every live episode. Returns each episode's turns (observation, answer, reward), `done`
-    and `episode_return` (None for an episode cut off at `max_turns`)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop in this thread: the usual case
-        return asyncio.run(_play(url, starts, act, max_turns))
-    # called from inside a running event loop (a Jupyter kernel runs one): play on a worker thread's own loop
-    with ThreadPoolExecutor(max_workers=1) as worker:
-        return worker.submit(asyncio.run, _play(url, starts, act, max_turns)).result()

@@ -401,7 +401,7 @@ def main(argv=None) -> int:
     )
     t.add_argument("--profile", default="cpu-smoke")
     t.add_argument("--baseline-ref", default="0868a4d", help="the commit whose path is 'today' (a git ref)")
-    t.add_argument("--grpo-steps", type=int, default=6)
+    t.add_argument("--grpo-steps", type=int, default=4)
     t.add_argument("--eval-episodes", type=int, default=100)
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_speed)

@@ -2,8 +2,8 @@
 one run, on the same profile and seeds, with the machine's physical limit beside them.
 
 For each of two checkouts (`--baseline-ref`, checked out into a temporary git worktree, and this one) it runs, as a
-user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (multi-turn GRPO, `--grpo-steps` steps,
-no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT model (this checkout's)
+user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (60 SFT steps, multi-turn GRPO,
+`--grpo-steps` steps, no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT model (this checkout's)
 with each checkout's evaluation code. It reads:
 - SFT tokens/s (the stage's own count of the tokens trained on, over its train runtime);
 - GRPO: stage seconds, played turns/s and trained turns/s (turns over the grpo stage's seconds), and played turns
@@ -33,8 +33,10 @@ from ..config import _merge, dotted_to_nested, load_config
 from ..io import atomic_write_json
 from ..runs import cpu_model
 
-# what both checkouts' configs accept: multi-turn GRPO for a fixed number of steps, no validation, no ablations
+# what both checkouts' configs accept: SFT for a fixed number of steps (enough for a rate), multi-turn GRPO for a
+# fixed number of steps, no validation, no ablations
 COMMON = {
+    "sft.max_steps": 60,
     "grpo.mode": "multi_turn",
     "grpo.validate_every": 0,
     "eval.ablations": [],

@@ -3,8 +3,8 @@ one run, on the same profile and seeds, with the machine's physical limit beside
 
 For each of two checkouts (`--baseline-ref`, checked out into a temporary git worktree, and this one) it runs, as a
 user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (60 SFT steps, multi-turn GRPO,
-`--grpo-steps` steps, no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT model (this checkout's)
-with each checkout's evaluation code. It reads:
+`--grpo-steps` steps, no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT
+model (this checkout's) with each checkout's evaluation code. It reads:
 - SFT tokens/s (the stage's own count of the tokens trained on, over its train runtime);
 - GRPO: stage seconds, played turns/s and trained turns/s (turns over the grpo stage's seconds), and played turns
   per second of playing (the sampler's own time, `time/generation_s`);

@@ -164,6 +164,7 @@ def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records
             "sft.epochs": 0.25,
             "sft.batch_size": 1,
             "sft.logging_steps": 1,
+            "grpo.mode": "step",  # one sampled action per state: a multi-turn group is 32 rows of the real model
             "grpo.max_steps": 1,
             "grpo.batch_size": 4,
             "grpo.num_generations": 4,

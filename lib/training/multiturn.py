@@ -147,6 +147,26 @@ def turn_rows(played, episodes_per_start: int, rows_per_episode: int, *, scale: 
     return rows, returns
 
 
+def environment_metrics(spec, episodes, answers: list[str], blocklist: list[str]) -> dict[str, float]:
+    """What the environment said of the played episodes, named as step mode's reward logs it (env/*), so the
+    anti-hacking report reads the same rule hits in both modes: invalid answers and blocklisted ones per answer,
+    exploits and each anti-cheat rule per episode, the mean of each terminal reward component."""
+    count = max(1, len(episodes))
+    blocked = [b.lower() for b in blocklist]
+    metrics = {
+        "env/invalid_rate": sum(e.invalid for e in episodes) / max(1, len(answers)),
+        "env/blocklist_rate": sum(any(b in a.lower() for b in blocked) for a in answers) / max(1, len(answers)),
+        "env/exploit_rate": sum(bool(e.exploit) for e in episodes) / count,
+        **{
+            f"env/anti_cheat/{rule}": sum(e.anti_cheat == rule for e in episodes) / count
+            for rule in spec.anti_cheat_rules
+        },
+    }
+    for name in sorted({name for e in episodes for name in e.components}):
+        metrics[f"env/component/{name}"] = sum(e.components.get(name, 0.0) for e in episodes) / count
+    return metrics
+
+
 def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str | None = None):
     """The `rollout_func` (see the module docstring)."""
     by_prompt = {_key(r["prompt"]): r for r in starts}
@@ -188,6 +208,7 @@ def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str |
                 shown, answer, _ = turns[int(torch.randint(len(turns), (1,), generator=picker))]
                 rows.append((shown, answer, returns[index], 1, index))
         entropies = {id(t[0]): t[2] for _, turns in played for t in turns}
+        episodes = [episode for episode, _ in played]
         trained = [r for r in rows if r[3]]
         lengths = [len(turns) for _, turns in played]
         metrics = {
@@ -197,6 +218,7 @@ def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str |
             "multi_turn/played_turns": sum(lengths),
             "multi_turn/trained_turns": len(trained),
             "explore/candidate_entropy": sum(entropies[id(r[0])] for r in trained) / max(1, len(trained)),
+            **environment_metrics(spec, episodes, [t[1] for _, turns in played for t in turns], grpo.blocklist),
         }
         completions = [answer_ids(tokenizer, r[1]) for r in rows]
         return {

@@ -84,7 +84,7 @@ def _bench_speed(args) -> int:
     """Today's path against this checkout's, with the bare-loop limits beside them (lib/bench/bench_speed.py)."""
     from .bench.bench_speed import run_bench
 
-    run_bench(args.profile, args.baseline_ref, args.grpo_steps, args.eval_episodes, args.out)
+    run_bench(args.profile, args.baseline_ref, args.grpo_steps, args.eval_episodes, args.out, args.sft_steps)
     return 0
 
 
@@ -402,6 +402,7 @@ def main(argv=None) -> int:
     t.add_argument("--profile", default="cpu-smoke")
     t.add_argument("--baseline-ref", default="0868a4d", help="the commit whose path is 'today' (a git ref)")
     t.add_argument("--grpo-steps", type=int, default=4)
+    t.add_argument("--sft-steps", type=int, default=None, help="stop SFT early (its rate only; default: the profile's)")
     t.add_argument("--eval-episodes", type=int, default=100)
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_speed)

@@ -2,9 +2,9 @@
 one run, on the same profile and seeds, with the machine's physical limit beside them.
 
 For each of two checkouts (`--baseline-ref`, checked out into a temporary git worktree, and this one) it runs, as a
-user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (60 SFT steps, multi-turn GRPO,
-`--grpo-steps` steps, no validation), then plays `--eval-episodes` greedy holdout episodes of one and the same SFT
-model (this checkout's) with each checkout's evaluation code. It reads:
+user would, `python -m lib stage corpus|sft|grpo` into a fresh run folder (the profile's SFT, or `--sft-steps` steps
+of it, then multi-turn GRPO, `--grpo-steps` steps, no validation), then plays `--eval-episodes` greedy holdout
+episodes of one and the same SFT model (this checkout's) with each checkout's evaluation code. It reads:
 - SFT tokens/s (the stage's own count of the tokens trained on, over its train runtime);
 - GRPO: stage seconds, played turns/s and trained turns/s (turns over the grpo stage's seconds), and played turns
   per second of playing (the sampler's own time, `time/generation_s`);
@@ -33,10 +33,8 @@ from ..config import _merge, dotted_to_nested, load_config
 from ..io import atomic_write_json
 from ..runs import cpu_model
 
-# what both checkouts' configs accept: SFT for a fixed number of steps (enough for a rate), multi-turn GRPO for a
-# fixed number of steps, no validation, no ablations
+# what both checkouts' configs accept: multi-turn GRPO for a fixed number of steps, no validation, no ablations
 COMMON = {
-    "sft.max_steps": 60,
     "grpo.mode": "multi_turn",
     "grpo.validate_every": 0,
     "eval.ablations": [],
@@ -179,11 +177,15 @@ def bare_forward(model_dir: Path, length: int, batch: int, batches: int = 8, war
     return {"batch": batch, "length": length, "tokens_per_s": round(tokens / elapsed, 1)}
 
 
-def run_bench(profile: str, baseline_ref: str, grpo_steps: int, eval_episodes: int, out: Path | None) -> dict:
+def run_bench(
+    profile: str, baseline_ref: str, grpo_steps: int, eval_episodes: int, out: Path | None, sft_steps: int | None = None
+) -> dict:
+    """See the module docstring. A short SFT (`sft_steps`) measures its rate, but leaves a policy whose episodes are
+    not the trained policy's: the GRPO and evaluation figures are representative only after the profile's SFT."""
     from ..training.corpus import read_jsonl
     from .bench_gpu import bare_forward_backward
 
-    overrides = {**COMMON, "grpo.max_steps": grpo_steps}
+    overrides = {**COMMON, "grpo.max_steps": grpo_steps, **({"sft.max_steps": sft_steps} if sft_steps else {})}
     load_config(profile, overrides)  # a bad profile fails here, before anything runs
     work = Path(tempfile.mkdtemp(prefix="bench-speed-runs-"))
     print(f"bench-speed: {profile}, {grpo_steps} GRPO steps, {eval_episodes} evaluation episodes; work in {work}")

@@ -412,7 +412,8 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
         return real(self, prompts)
 
     monkeypatch.setattr(GRPOTrainer, "_generate", spy)
-    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 1})
+    # training checkpoints (cpu-smoke turns it off; this is the case sampling_mode exists for)
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 1, "grpo.gradient_checkpointing": True})
     run_grpo(config, run)
     assert seen and all(args_on and not layer_on for args_on, layer_on in seen)
 
@@ -516,6 +517,7 @@ def test_the_candidate_sampler_is_on_policy(trained):
     from types import SimpleNamespace
 
     from lib.candidates import answers, distribution, score_answers
+    from lib.envs import get_spec
     from lib.training.rollout import candidate_rollout
 
     config = _config()
@@ -528,7 +530,7 @@ def test_the_candidate_sampler_is_on_policy(trained):
         state=SimpleNamespace(global_step=0),
         args=SimpleNamespace(gradient_checkpointing_kwargs=None),
     )  # only public trainer attributes: the sampler's metrics leave in its output (rollout_metrics)
-    out = candidate_rollout([row], "polyguard", draws, 1.0, seed=0)([row["prompt"]] * draws, trainer)
+    out = candidate_rollout([row], get_spec("polyguard"), draws, 1.0, seed=0)([row["prompt"]] * draws, trainer)
     counts = Counter(tokenizer.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"])
     offered = answers(PolyGuardEnv().restore(row["seed"], row["split"], row["history"]))
     [scores] = score_answers(model, tokenizer, [row["prompt"]], [offered])

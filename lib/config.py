@@ -186,9 +186,8 @@ class GRPOStageConfig(Strict):
     mode: Literal["step", "multi_turn"] = Field(
         "step",
         description="step: each GRPO sample is one action at a corpus state, the episode finished by `continuation` "
-        "(the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays against "
-        "the served environment (lib/serve, OpenEnv), acting at every turn, its return the reward "
-        "(lib/training/multiturn.py)",
+        "(the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays, in "
+        "process (or against `env_url`), acting at every turn, its return the reward (lib/training/multiturn.py)",
     )
     env_url: str | None = Field(
         None,
@@ -228,6 +227,22 @@ class GRPOStageConfig(Strict):
     keep: Literal["best", "last"] = Field(
         "best",
         description="with validation: the adapter the run keeps, the best validation point's or the last step's",
+    )
+    alarm_drop: float = Field(
+        0.05,
+        ge=0,
+        description="with validation: a validation point more than this below the best so far raises the collapse "
+        "alarm (printed, warned, grpo/alarms.jsonl, the stage record and the report)",
+    )
+    alarm_zero_std: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the alarm when frac_reward_zero_std (groups with no reward spread) averages above this over "
+        "the last 10 steps",
+    )
+    stop_on_alarm: bool = Field(
+        False, description="stop training at the first alarm (the run keeps its best validated adapter, and says so)"
     )
     logging_steps: int = Field(1, ge=1)
     sample_completions: int = Field(4, ge=0)

@@ -287,10 +287,10 @@ def _fingerprint(args) -> int:
 
 
 def _imports(args) -> int:
-    from .imports import cycles, env_violations, hidden_imports, report
+    from .imports import cycles, env_violations, floor_cycles, hidden_imports, report
 
     print(report())
-    return 1 if env_violations() or cycles() or hidden_imports() else 0
+    return 1 if env_violations() or cycles() or floor_cycles() or hidden_imports() else 0
 
 
 def _add_set(parser, help="config overrides, e.g. grpo.max_steps=5; repeat --set or list several after one"):
@@ -468,8 +468,8 @@ def main(argv=None) -> int:
     add_run_tool_verbs(verbs)
     i = verbs.add_parser(
         "imports",
-        help="each generic module's workbook imports; fails on an environment import, a cycle or an import "
-        "hidden behind a string",
+        help="each generic module's workbook imports; fails on an environment import, a cycle (between modules or "
+        "between floors) or an import hidden behind a string",
     )
     i.set_defaults(func=_imports)
     add_serve_verbs(verbs, env_help=f"one of {builtin_names()} or a dotted module path defining SPEC")

@@ -63,7 +63,7 @@ def _stage(args) -> int:
     if not is_main():  # under accelerate / torchrun rank 0 reports (and alone wrote the run's files)
         return 0
     if args.stage == "report":
-        from .reporting.gate import format_verdict
+        from .gate import format_verdict
 
         print(format_verdict(record["verdict"]))
         print(f"report: {record['report']}")
@@ -181,7 +181,7 @@ def _fork(args) -> int:
 
 
 def _gate(args) -> int:
-    from .reporting.gate import format_verdict, require_run_folder, run_gate
+    from .gate import format_verdict, require_run_folder, run_gate
 
     verdict = run_gate(require_run_folder(args.run_dir))
     print(format_verdict(verdict))

@@ -301,7 +301,7 @@ def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path
     import subprocess
     import sys
 
-    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
+    from lib.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     verdict = run_gate(run.dir, write=False)
@@ -413,7 +413,7 @@ def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_a
     import subprocess
     import sys
 
-    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
+    from lib.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     stage = json.loads((run.dir / "grpo" / "stage.json").read_text())
@@ -448,7 +448,7 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     import subprocess
     import sys
 
-    from lib.reporting.gate import run_gate
+    from lib.gate import run_gate
     from lib.runs import DamagedRunError, read_config
 
     config, run = done

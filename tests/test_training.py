@@ -18,6 +18,7 @@ from lib.envs.polyguard.reward import INVALID_PENALTY
 from lib.episodes import action_return, action_returns, policy_actor, run_episode
 from lib.evaluation.antihack import attack_suite
 from lib.inference import generate_actions, load_policy_model
+from lib.reward import make_reward_function
 from lib.runs import Run
 from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.training.corpus import run_corpus
@@ -28,7 +29,6 @@ from lib.training.guards import (
     PromptTooLongError,
     check_answer_length,
 )
-from lib.training.reward import make_reward_function
 from lib.training.train import run_grpo, run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
@@ -458,7 +458,7 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
 
 
 def test_exploration_metrics_count_only_groups_that_beat_the_reference():
-    from lib.training.explore import group_metrics
+    from lib.reward import group_metrics
 
     below = group_metrics([0.1, 0.2, 0.3, 0.4], [0.5] * 4, 2)
     assert below["explore/beats_reference"] == 0 and below["explore/best_minus_reference"] < 0

@@ -30,11 +30,11 @@ from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
 from ..models import build_tiny, cuda_available, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
+from ..reward import make_reward_function
 from ..runs import Run, seed_everything
 from .checkpoints import CheckpointManifestCallback, verify_checkpoint
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length, check_prompt_length
-from .reward import make_reward_function
 from .rollout import candidate_rollout
 from .validation import ValidationCallback
 

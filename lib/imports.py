@@ -25,7 +25,7 @@ ALLOWED_DYNAMIC_IMPORTS = {
     ("lib.envs", "get_spec"): "the environment registry imports the environment package a config names (user input)",
 }
 DYNAMIC_IMPORT_CALLS = ("import_module", "__import__")  # importlib.import_module, __import__, importlib.__import__
-_MODULE_FUNCTION = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")  # "training.train:run_sft"
+_MODULE_FUNCTION = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")  # "training.sft:run_sft"
 
 
 def module_name(path: Path) -> str:

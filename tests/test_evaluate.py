@@ -19,7 +19,8 @@ from lib.export.postsave import PostsaveError, activate, load_active, run_postsa
 from lib.models import weights_sha256
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.train import run_grpo, run_sft
+from lib.training.grpo import run_grpo
+from lib.training.sft import run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 
@@ -88,11 +89,11 @@ def test_an_ablation_without_its_model_says_so_and_evaluation_never_trains(tmp_p
     renders it); nothing is trained."""
     from types import SimpleNamespace
 
-    import lib.training.train as train
+    import lib.training.grpo as grpo
     from lib.evaluation.ablations import NOT_TRAINED, run_ablations
     from lib.reporting.report import ablation_table
 
-    monkeypatch.setattr(train, "train_grpo", lambda *a, **k: pytest.fail("evaluation trained a model"))
+    monkeypatch.setattr(grpo, "train_grpo", lambda *a, **k: pytest.fail("evaluation trained a model"))
     config = load_config("cpu-smoke", {**MICRO, "eval.ablations": ["no_sft"]})
     results = run_ablations(config, SimpleNamespace(dir=tmp_path), {}, {}, [], 200)
     row = results["no_sft"]

@@ -206,7 +206,8 @@ def run_bench(
 ) -> dict:
     from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
-    from ..training.train import run_sft, train_grpo
+    from ..training.grpo import train_grpo
+    from ..training.sft import run_sft
 
     config = load_config(profile, {**(overrides or {}), "sft.max_steps": sft_steps, "grpo.max_steps": grpo_steps})
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=workdir))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 
 def _sweep(args) -> int:
+    from ..evaluation.sweep import run_sweep
     from ..reporting.plots import draw
-    from ..reporting.sweep import run_sweep, sweep_table
+    from ..reporting.sweep import sweep_table
 
     run_sweep(args.run_dir, args.split, args.episodes)
     print(sweep_table(args.run_dir).to_markdown(index=False))

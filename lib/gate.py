@@ -258,3 +258,16 @@ def format_verdict(verdict: dict) -> str:
     lines = [f"gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['run_dir']}"]
     lines += [f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in verdict["checks"]]
     return "\n".join(lines)
+
+
+def _gate(args) -> int:
+    verdict = run_gate(require_run_folder(args.run_dir))
+    print(format_verdict(verdict))
+    return 0 if verdict["passed"] else 1
+
+
+def add_verbs(verbs) -> None:
+    """`python -m lib gate RUN` (registered by lib/__main__.py)."""
+    g = verbs.add_parser("gate", help="re-check a finished run; exits non-zero listing every failed check")
+    g.add_argument("run_dir", type=Path)
+    g.set_defaults(func=_gate)

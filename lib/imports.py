@@ -215,3 +215,18 @@ def report() -> str:
     allowed = "; ".join(f"{m}.{f} ({why})" for (m, f), why in ALLOWED_DYNAMIC_IMPORTS.items())
     lines.append(f"allowed dynamic import: {allowed}")
     return "\n".join(lines)
+
+
+def _imports(args) -> int:
+    print(report())
+    return 1 if env_violations() or cycles() or floor_cycles() or hidden_imports() else 0
+
+
+def add_verbs(verbs) -> None:
+    """`python -m lib imports` (registered by lib/__main__.py)."""
+    i = verbs.add_parser(
+        "imports",
+        help="each generic module's workbook imports; fails on an environment import, a cycle (between modules or "
+        "between floors) or an import hidden behind a string",
+    )
+    i.set_defaults(func=_imports)

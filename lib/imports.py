@@ -1,7 +1,8 @@
 """`python -m lib imports`: every module of the package with the workbook modules it imports (at the top or inside
-functions), whether any generic module reaches into an environment package, any import cycle, and any import
-hidden behind a string (`importlib.import_module(...)`, `__import__(...)`, a "module:function" string), which the
-graph could not see.
+functions), whether any generic module reaches into an environment package, any import cycle between modules or
+between floors (a floor is a folder or a loose module of lib/: two floors that import each other, directly or through
+others, are one cycle), and any import hidden behind a string (`importlib.import_module(...)`, `__import__(...)`, a
+"module:function" string), which the graph could not see.
 
 The architecture tests (tests/test_architecture.py) read the same graph.
 """
@@ -24,7 +25,7 @@ ALLOWED_DYNAMIC_IMPORTS = {
     ("lib.envs", "get_spec"): "the environment registry imports the environment package a config names (user input)",
 }
 DYNAMIC_IMPORT_CALLS = ("import_module", "__import__")  # importlib.import_module, __import__, importlib.__import__
-_MODULE_FUNCTION = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")  # "training.train:run_sft"
+_MODULE_FUNCTION = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")  # "training.sft:run_sft"
 
 
 def module_name(path: Path) -> str:
@@ -127,6 +128,32 @@ def cycles(edges: dict[str, set[str]] | None = None) -> list[list[str]]:
     return found
 
 
+def floor(module: str) -> str:
+    """The floor a module stands on: its folder or loose module directly under lib/ ("lib.training.grpo" ->
+    "lib.training", "lib.io" -> "lib.io"; the package itself is "lib")."""
+    return ".".join(module.split(".")[:2])
+
+
+def floor_graph(edges: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """The module graph seen a floor at a time: floor -> the other floors its modules import."""
+    edges = edges or graph()
+    floors: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        floors.setdefault(floor(module), set()).update(floor(t) for t in targets if floor(t) != floor(module))
+    return floors
+
+
+def floor_cycles(edges: dict[str, set[str]] | None = None) -> list[list[str]]:
+    """Cycles between floors (empty when every floor imports only floors below it)."""
+    return cycles(floor_graph(edges))
+
+
+def floor_ties(edges: dict[str, set[str]], cycle: list[str]) -> list[str]:
+    """The module imports behind a floor cycle, each as "module -> imported"."""
+    steps = set(zip(cycle, cycle[1:]))
+    return [f"{m} -> {t}" for m, targets in edges.items() for t in sorted(targets) if (floor(m), floor(t)) in steps]
+
+
 def _called_name(call: ast.Call) -> str | None:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
@@ -178,11 +205,28 @@ def report() -> str:
     for module, targets in edges.items():
         if owner(module) is None:
             lines.append(f"{module}: {', '.join(sorted(targets)) or '-'}")
-    violations, loops = env_violations(edges), cycles(edges)
+    violations, loops, floor_loops = env_violations(edges), cycles(edges), floor_cycles(edges)
     lines.append(f"environment packages: {environment_packages()}")
     lines.append("generic modules importing an environment package: " + (", ".join(violations) or "none"))
     lines.append("import cycles: " + ("; ".join(" -> ".join(c) for c in loops) or "none"))
+    lines.append(f"floor cycles: {len(floor_loops) or 'none'}")
+    lines.extend(f"  {' -> '.join(loop)}: {', '.join(floor_ties(edges, loop))}" for loop in floor_loops)
     lines.append("imports hidden behind strings: " + (", ".join(hidden_imports()) or "none"))
     allowed = "; ".join(f"{m}.{f} ({why})" for (m, f), why in ALLOWED_DYNAMIC_IMPORTS.items())
     lines.append(f"allowed dynamic import: {allowed}")
     return "\n".join(lines)
+
+
+def _imports(args) -> int:
+    print(report())
+    return 1 if env_violations() or cycles() or floor_cycles() or hidden_imports() else 0
+
+
+def add_verbs(verbs) -> None:
+    """`python -m lib imports` (registered by lib/__main__.py)."""
+    i = verbs.add_parser(
+        "imports",
+        help="each generic module's workbook imports; fails on an environment import, a cycle (between modules or "
+        "between floors) or an import hidden behind a string",
+    )
+    i.set_defaults(func=_imports)

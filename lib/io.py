@@ -51,6 +51,11 @@ def weights_sha256(folder: Path) -> str:
     files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
     if not files:
         raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {folder}")
+    return files_sha256(files)
+
+
+def files_sha256(files: list[Path]) -> str:
+    """One sha over the files, in the order given: each one's name, then its own sha256."""
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())

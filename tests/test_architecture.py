@@ -40,10 +40,38 @@ def test_the_import_graph_has_no_cycles_counting_imports_inside_functions():
     assert ["lib.io", "lib.runs", "lib.io"] in imports.cycles(looped)
 
 
+def test_every_floor_imports_only_floors_below_it():
+    """A floor is a folder or a loose module of lib/ (`imports.floor`): no two floors import each other, directly or
+    through others, so every floor stands above all it imports."""
+    assert imports.floor("lib.training.grpo") == "lib.training" and imports.floor("lib.io") == "lib.io"
+    assert imports.floor("lib") == "lib" and imports.floor("lib.envs.polyguard.env") == "lib.envs"
+    edges = imports.graph()
+    assert imports.floor_cycles(edges) == []
+    assert "lib.training" not in imports.floor_graph(edges)["lib.evaluation"]  # evaluation trains nothing
+    # the check can fail: evaluation reaching back up into training closes a loop between the two floors
+    planted = {**edges, "lib.evaluation.antihack": edges["lib.evaluation.antihack"] | {"lib.training.grpo"}}
+    loops = imports.floor_cycles(planted)
+    assert ["lib.evaluation", "lib.training", "lib.evaluation"] in loops
+    ties = imports.floor_ties(planted, ["lib.evaluation", "lib.training", "lib.evaluation"])
+    assert "lib.evaluation.antihack -> lib.training.grpo" in ties
+
+
+def test_the_front_door_only_dispatches():
+    """lib/__main__.py defines `main` alone and stays short: each floor registers its own verbs (`add_verbs`)."""
+    import ast
+
+    path = imports.ROOT / "__main__.py"
+    tree = ast.parse(path.read_text())
+    defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert defined == ["main"] and len(path.read_text().splitlines()) <= 80
+    assert not [m for m, targets in imports.graph().items() if "lib.__main__" in targets]  # nothing imports it
+
+
 def test_the_imports_command_lists_every_generic_module_and_passes():
     done = subprocess.run([sys.executable, "-m", "lib", "imports"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "lib.training.corpus: " in done.stdout and "import cycles: none" in done.stdout
+    assert "floor cycles: none" in done.stdout
     assert "generic modules importing an environment package: none" in done.stdout
     assert "imports hidden behind strings: none" in done.stdout
 
@@ -56,8 +84,8 @@ def test_no_import_hides_behind_a_string_and_the_check_can_fail():
     planted = (
         "import importlib\n"
         "def load():\n"
-        "    return importlib.import_module('lib.training.train'), __import__('lib.io')\n"
-        "STAGE = 'training.train:run_sft'\n"
+        "    return importlib.import_module('lib.training.sft'), __import__('lib.io')\n"
+        "STAGE = 'training.sft:run_sft'\n"
         "NOT_A_MODULE = 'grpo:steps'\n"
     )
     hits = imports.hidden_in_source(planted, "lib.pipeline.stages")
@@ -78,18 +106,22 @@ def test_stages_are_function_references_the_import_graph_sees():
 
 
 def test_one_home_each_benchmarks_stages_and_orchestration():
-    """Benchmark and probe code lives in lib/bench/ (bench/ holds only the evidence it wrote); lib/pipeline/ holds
-    orchestration only; the export and postsave stages live in lib/export/; evaluation trains nothing."""
+    """Benchmark and probe code lives in lib/bench/ (bench/ holds only the evidence it wrote), with one GPU benchmark
+    (bench_gpu, its modes and random model beside it); lib/pipeline/ holds orchestration only; the export and
+    postsave stages live in lib/export/; evaluation trains nothing."""
     root = imports.ROOT
     assert not list((root.parent / "bench").glob("*.py"))
-    assert sorted(p.stem for p in (root / "pipeline").glob("*.py")) == ["__init__", "fork", "runner", "stages"]
-    assert {"bench_gpu", "bench_train", "gpu_check", "probe_explore", "probe_policy"} <= {
+    assert sorted(p.stem for p in (root / "pipeline").glob("*.py")) == ["__init__", "cli", "fork", "runner", "stages"]
+    assert not (root / "bench" / "gpu_check.py").exists()
+    assert {"bench_gpu", "bench_train", "gpu_modes", "probe_explore", "probe_policy", "random_model"} <= {
         p.stem for p in (root / "bench").glob("*.py")
     }
     assert {"merge", "postsave"} <= {p.stem for p in (root / "export").glob("*.py")}
     edges = imports.graph()
     assert not [
-        m for m, targets in edges.items() if m.startswith("lib.evaluation.") and "lib.training.train" in targets
+        m
+        for m, targets in edges.items()
+        if m.startswith("lib.evaluation.") and any(t.startswith("lib.training") for t in targets)
     ]
     reaching = [m for m, targets in edges.items() if any(t.startswith("lib.bench") for t in targets)]
     assert all(m.startswith(("lib.bench", "lib.__main__")) for m in reaching), reaching  # no stage runs a benchmark

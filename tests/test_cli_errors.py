@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from lib import gate
 from lib.__main__ import main
 from lib.config import load_config
 from lib.pipeline import runner
 from lib.pipeline.runner import StageFailed, front_page_gaps, partial_run_outcome, run_environments
-from lib.reporting import gate
 from lib.runs import Run
 from tests.committed import committed_runs
 from tests.test_corpus import MICRO

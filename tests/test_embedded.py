@@ -21,7 +21,8 @@ from lib.io import weights_sha256
 from lib.models import load_model
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.train import run_grpo, run_sft
+from lib.training.grpo import run_grpo
+from lib.training.sft import run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 

@@ -19,7 +19,8 @@ from lib.export.postsave import PostsaveError, activate, load_active, run_postsa
 from lib.models import weights_sha256
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.train import run_grpo, run_sft
+from lib.training.grpo import run_grpo
+from lib.training.sft import run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 
@@ -88,11 +89,11 @@ def test_an_ablation_without_its_model_says_so_and_evaluation_never_trains(tmp_p
     renders it); nothing is trained."""
     from types import SimpleNamespace
 
-    import lib.training.train as train
+    import lib.training.grpo as grpo
     from lib.evaluation.ablations import NOT_TRAINED, run_ablations
     from lib.reporting.report import ablation_table
 
-    monkeypatch.setattr(train, "train_grpo", lambda *a, **k: pytest.fail("evaluation trained a model"))
+    monkeypatch.setattr(grpo, "train_grpo", lambda *a, **k: pytest.fail("evaluation trained a model"))
     config = load_config("cpu-smoke", {**MICRO, "eval.ablations": ["no_sft"]})
     results = run_ablations(config, SimpleNamespace(dir=tmp_path), {}, {}, [], 200)
     row = results["no_sft"]
@@ -301,7 +302,7 @@ def test_gate_passes_every_integrity_check_and_fails_on_tampering(done, tmp_path
     import subprocess
     import sys
 
-    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
+    from lib.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     verdict = run_gate(run.dir, write=False)
@@ -413,7 +414,7 @@ def test_a_moved_run_gates_the_same_from_another_directory_and_ignores_a_decoy_a
     import subprocess
     import sys
 
-    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
+    from lib.gate import OUTCOME_CHECKS, run_gate
 
     config, run = done
     stage = json.loads((run.dir / "grpo" / "stage.json").read_text())
@@ -448,7 +449,7 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     import subprocess
     import sys
 
-    from lib.reporting.gate import run_gate
+    from lib.gate import run_gate
     from lib.runs import DamagedRunError, read_config
 
     config, run = done

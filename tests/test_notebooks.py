@@ -188,7 +188,7 @@ def test_one_run_runner_from_a_bare_vm_end_to_end_on_cpu_smoke(tmp_path):
     clones and installs the workbook; the runner executes every stage notebook (in the same venv) on cpu-smoke, made
     small by `E2E_OVERRIDES`; the gate's verdict file exists and every check that does not depend on the improvement
     outcome passes."""
-    from lib.reporting.gate import OUTCOME_CHECKS, run_gate
+    from lib.gate import OUTCOME_CHECKS, run_gate
 
     python = _bare_vm(tmp_path)
     source = _working_tree_repo(tmp_path)

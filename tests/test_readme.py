@@ -108,7 +108,7 @@ def test_a_multi_environment_run_picks_each_environments_profile_and_tables_them
 
 
 def test_the_guide_names_every_gate_check_and_exactly_the_outcome_checks_of_the_code():
-    from lib.reporting.gate import CHECKS, OUTCOME_CHECKS
+    from lib.gate import CHECKS, OUTCOME_CHECKS
 
     guide = (REPO / "docs" / "GUIDE.md").read_text()
     bullet = re.search(r"^- \*\*Gate\*\* .*?(?=^- \*\*|^#)", guide, re.S | re.M)[0]

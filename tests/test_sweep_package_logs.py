@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from lib.__main__ import main
+from lib.evaluation.sweep import SWEEP, NoCheckpointsError, expected_steps, sweep_checkpoints
 from lib.export.package import UnsafeArchiveError, package_run, verify_archive
 from lib.reporting.logs import RUN_ROW, logs_table
-from lib.reporting.sweep import SWEEP, NoCheckpointsError, expected_steps, sweep_checkpoints
 from tests.committed import committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_a_truncated_or_missing_archive_is_a_clear_error(tmp_path, capsys):
 
 
 def _checkpoints(run: Path, steps) -> None:
-    from lib.training.checkpoints import write_checkpoint_manifest
+    from lib.checkpoints import write_checkpoint_manifest
 
     for step in steps:
         folder = run / "grpo" / "trainer" / f"checkpoint-{step}"
@@ -299,7 +299,7 @@ def test_sweep_on_a_committed_run_says_it_has_no_checkpoints(tmp_path, capsys):
 
 
 def test_a_missing_or_corrupt_checkpoint_is_an_error_naming_it(tmp_path):
-    from lib.training.checkpoints import CorruptCheckpointError
+    from lib.checkpoints import CorruptCheckpointError
 
     _checkpoints(tmp_path, [2, 6])
     with pytest.raises(

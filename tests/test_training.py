@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
+from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.config import load_config
 from lib.envs.base import format_action
 from lib.envs.polyguard import SPEC
@@ -18,9 +19,10 @@ from lib.envs.polyguard.reward import INVALID_PENALTY
 from lib.episodes import action_return, action_returns, policy_actor, run_episode
 from lib.evaluation.antihack import attack_suite
 from lib.inference import generate_actions, load_policy_model
+from lib.reward import make_reward_function
 from lib.runs import Run
-from lib.training.checkpoints import CorruptCheckpointError, verify_checkpoint
 from lib.training.corpus import run_corpus
+from lib.training.grpo import run_grpo
 from lib.training.guards import (
     AnswerTooLongError,
     FiniteLossGuard,
@@ -28,8 +30,7 @@ from lib.training.guards import (
     PromptTooLongError,
     check_answer_length,
 )
-from lib.training.reward import make_reward_function
-from lib.training.train import run_grpo, run_sft
+from lib.training.sft import run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 
@@ -380,7 +381,7 @@ def test_grpo_samples_with_the_prompt_in_context(trained):
     from peft import get_peft_model
 
     from lib.models import lora_config
-    from lib.training.train import sampling_mode
+    from lib.training.samplers import sampling_mode
 
     config = _config()
     model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
@@ -458,7 +459,7 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
 
 
 def test_exploration_metrics_count_only_groups_that_beat_the_reference():
-    from lib.training.explore import group_metrics
+    from lib.reward import group_metrics
 
     below = group_metrics([0.1, 0.2, 0.3, 0.4], [0.5] * 4, 2)
     assert below["explore/beats_reference"] == 0 and below["explore/best_minus_reference"] < 0
@@ -487,7 +488,7 @@ def test_grpo_groups_are_drawn_from_the_candidate_policy_and_every_answer_is_val
 
         return wrapped
 
-    monkeypatch.setattr("lib.training.train.candidate_rollout", spy)
+    monkeypatch.setattr("lib.training.samplers.candidate_rollout", spy)
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2})
     run_grpo(config, run)
     rows = {json.dumps(r["prompt"], sort_keys=True): r for r in map(json.loads, _corpus_lines(run))}

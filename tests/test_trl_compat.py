@@ -79,9 +79,11 @@ def test_private_trl_member_grpo_generate_is_still_the_sampling_step():
     from trl import GRPOTrainer
 
     name = "trl.GRPOTrainer._generate"
-    assert callable(getattr(GRPOTrainer, "_generate", None)), f"{name} is gone: lib/training/train.py overrides it"
+    assert callable(getattr(GRPOTrainer, "_generate", None)), f"{name} is gone: lib/training/samplers.py overrides it"
     parameters = list(inspect.signature(GRPOTrainer._generate).parameters)
-    assert parameters == ["self", "prompts"], f"{name} now takes {parameters}; lib/training/train.py passes (prompts)"
+    assert parameters == ["self", "prompts"], (
+        f"{name} now takes {parameters}; lib/training/samplers.py passes (prompts)"
+    )
     # sampling goes through it (so the override's sampling mode and timing apply), and comes before the reward
     _call_site(GRPOTrainer._generate_and_score_completions, "self._generate")
 
@@ -97,22 +99,24 @@ def test_the_public_trl_hooks_the_stages_use_are_there():
     assert list(inspect.signature(disable_gradient_checkpointing).parameters) == [
         "model",
         "gradient_checkpointing_kwargs",
-    ], "trl.models.utils.disable_gradient_checkpointing changed (lib/training/train.py: sampling_mode)"
-    assert PREFIX_CHECKPOINT_DIR == "checkpoint"  # lib/training/checkpoints.py: CheckpointManifestCallback
+    ], "trl.models.utils.disable_gradient_checkpointing changed (lib/training/samplers.py: sampling_mode)"
+    assert PREFIX_CHECKPOINT_DIR == "checkpoint"  # lib/training/harness.py: CheckpointManifestCallback
 
 
 def test_private_trl_member_grpo_prepare_inputs_still_buffers_the_split_generation_batch():
     from trl import GRPOTrainer
 
     name = "trl.GRPOTrainer._prepare_inputs"
-    assert callable(getattr(GRPOTrainer, "_prepare_inputs", None)), f"{name} is gone: lib/training/train.py wraps it"
+    assert callable(getattr(GRPOTrainer, "_prepare_inputs", None)), f"{name} is gone: lib/training/samplers.py wraps it"
     source = inspect.getsource(GRPOTrainer._prepare_inputs)
     for member in ("self._buffered_inputs", "split_tensor_dict", "self.args.steps_per_generation", "self._step"):
-        assert member in source, f"{name} no longer uses {member}: lib/training/train.py's by_prompt_length must change"
+        assert member in source, (
+            f"{name} no longer uses {member}: lib/training/samplers.py's by_prompt_length must change"
+        )
 
 
 def test_micro_batches_regrouped_by_prompt_length_keep_every_row_and_drop_only_shared_padding():
-    from lib.training.train import by_prompt_length
+    from lib.training.samplers import by_prompt_length
 
     torch.manual_seed(0)
     lengths = torch.tensor([5, 9, 2, 7, 3, 9, 4, 6])

@@ -6,8 +6,12 @@ One process, one throw-away run folder, the real stages:
   the model (rows, padded length, padding share), and a torch.profiler table of two of its steps;
 - GRPO: the real stage (`grpo.max_steps` steps), seconds per step split into generation, reward and the rest;
 - evaluation: closed-loop episodes per second with every live episode answered by one generate call;
-- peak memory per phase, and the backend, dtype, device and package versions.
-It runs on a CPU too (the tests do, on the tiny model); its bars are for an H100. The JSON holds no machine paths.
+- what each trainer trained (parameter dtypes, trainable parameters), peak memory per phase (allocated, and reserved
+  on CUDA), and the backend, dtype, device and package versions.
+With `--random-model qwen2.5-0.5b` the stages train a random-weight model of that shape built here without the hub
+(lib/bench/random_model.py); with `--modes auto,never` each `model.use_unsloth` mode runs in a fresh process of its
+own (lib/bench/gpu_modes.py). It runs on a CPU too (the tests do, on the tiny model); its bars are for an H100. The
+JSON holds no machine paths.
 """
 
 from __future__ import annotations
@@ -22,20 +26,28 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 
 from ..config import load_config
 from ..models import cuda_available, load_model, resolved_precision
 from ..runs import Run, hardware, package_versions
 from ..training.corpus import read_jsonl, run_corpus
+from .random_model import build_random_model
+from .recorders import ModelRecorder, ShapeRecorder, profiler, sync, top_ops
 
+PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "unsloth",
+    "unsloth_zoo",
+    "bitsandbytes",
+    "xformers",
+    "gguf",
+)
 # The issue's bars, for an H100 with the gpu-smollm2 profile.
 BARS = {"sft_stage_vs_bare_ratio_min": 0.30, "grpo_step_s_max": 0.7, "eval_episodes_per_s_min": 20.0}
-
-
-def _sync() -> None:
-    if cuda_available():  # pragma: no cover - CUDA only
-        torch.cuda.synchronize()
 
 
 def _reset_peak() -> None:
@@ -51,77 +63,12 @@ def _peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # process high-water mark
 
 
-def _top_ops(prof, rows: int = 15) -> list[dict]:
-    device = "cuda" if cuda_available() else "cpu"
-    key = f"self_{device}_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:rows]
-    return [{"op": e.key, "calls": e.count, f"self_{device}_ms": round(getattr(e, key, 0.0) / 1000, 3)} for e in events]
-
-
-def _profiler():
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda_available() else [])
-    return profile(activities=activities)
-
-
-def _backbone(model):
-    return next(m for m in model.modules() if hasattr(m, "embed_tokens") and hasattr(m, "layers"))
-
-
-class ShapeRecorder(TrainerCallback):
-    """Records what the trainer feeds the model (rows, padded length, real tokens) and profiles two steps."""
-
-    def __init__(self, profile_steps: tuple[int, int] = (3, 5)):
-        self.shapes: list[tuple[int, int, int]] = []
-        self.profile_steps = profile_steps
-        self.ops: list[dict] = []
-        self.gradient_checkpointing = None
-        self._prof = None
-        self._hook = None
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.gradient_checkpointing = bool(args.gradient_checkpointing)
-
-        def record(module, positional, keyword):
-            ids = keyword.get("input_ids", positional[0] if positional else None)
-            mask = keyword.get("attention_mask")
-            if ids is not None and torch.is_grad_enabled():
-                real = int(mask.sum()) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else ids.numel()
-                self.shapes.append((ids.shape[0], ids.shape[1], real))
-
-        self._hook = _backbone(model).register_forward_pre_hook(record, with_kwargs=True)
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step == self.profile_steps[0]:
-            self._prof = _profiler().__enter__()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self._prof is not None and state.global_step >= self.profile_steps[1]:
-            _sync()
-            self._prof.__exit__(None, None, None)
-            self.ops, self._prof = _top_ops(self._prof), None
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self._hook is not None:
-            self._hook.remove()
-        if self._prof is not None:
-            self._prof.__exit__(None, None, None)
-            self.ops, self._prof = _top_ops(self._prof), None
-
-    def summary(self) -> dict:
-        if not self.shapes:
-            return {"forwards": 0}
-        rows, lengths, real = zip(*self.shapes)
-        padded = sum(r * n for r, n in zip(rows, lengths))
-        return {
-            "forwards": len(self.shapes),
-            "rows_per_forward": statistics.mean(rows),
-            "padded_length_mean": round(statistics.mean(lengths), 1),
-            "padded_length_max": max(lengths),
-            "padding_share": round(1 - sum(real) / padded, 4),
-            "gradient_checkpointing": self.gradient_checkpointing,
-        }
+def _peaks() -> dict:
+    """This phase's peak memory: allocated (on CPU: the process's max RSS so far) and, on CUDA, reserved."""
+    peaks = {"allocated_mb": _peak_mb()}
+    if cuda_available():  # pragma: no cover - CUDA only
+        peaks["reserved_mb"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+    return peaks
 
 
 def bare_forward_backward(config, base: str, rows: list[dict], batches: int, warmup: int = 2) -> dict:
@@ -149,25 +96,25 @@ def bare_forward_backward(config, base: str, rows: list[dict], batches: int, war
             max_length=config.sft.max_length,
         ).to(device)
         labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
-        _sync()
+        sync()
         began = time.perf_counter()
         model(**encoded, labels=labels).loss.backward()
         model.zero_grad(set_to_none=True)
-        _sync()
+        sync()
         if i >= warmup:
             elapsed += time.perf_counter() - began
             tokens += int(encoded["attention_mask"].sum())
-    with _profiler() as prof:
+    with profiler() as prof:
         encoded = tokenizer(chunks[-1], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         model(**encoded, labels=encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)).loss.backward()
-        _sync()
+        sync()
     del model
     return {
         "batches": len(chunks) - warmup,
         "tokens": tokens,
         "seconds": round(elapsed, 4),
         "tokens_per_s": round(tokens / elapsed, 1),
-        "top_ops_one_batch": _top_ops(prof),
+        "top_ops_one_batch": top_ops(prof),
     }
 
 
@@ -194,6 +141,104 @@ def _grpo_timings(log_path: Path) -> dict:
     }
 
 
+def _device() -> dict:
+    """The machine, without its platform string; on CUDA also the torch CUDA version, compute capability, bf16
+    support and the driver."""
+    device = hardware()
+    device.pop("platform", None)
+    if cuda_available():  # pragma: no cover - CUDA only
+        import subprocess
+
+        props = torch.cuda.get_device_properties(0)
+        device.update(
+            torch_cuda=torch.version.cuda,
+            capability=f"{props.major}.{props.minor}",
+            bf16_supported=torch.cuda.is_bf16_supported(),
+        )
+        try:
+            device["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+        except OSError:
+            pass
+    return device
+
+
+def _evaluation(config, run: Run, episodes: int) -> dict:
+    """Closed-loop episodes per second of the SFT model on `episodes` holdout seeds, counting the batched model
+    calls (candidate scoring, or generation with free text): every live episode is answered by one call."""
+    from .. import candidates, inference
+    from ..evaluation.closed_loop import run_model_episodes
+
+    model, tokenizer, source = inference.load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
+    calls = []
+    module, name = (
+        (candidates, "score_answers") if config.model.action_space == "candidates" else (inference, "generate_actions")
+    )
+    real_call = getattr(module, name)
+
+    def counted(model, tokenizer, message_batches, *args, **kwargs):
+        calls.append(len(message_batches))
+        return real_call(model, tokenizer, message_batches, *args, **kwargs)
+
+    setattr(module, name, counted)
+    try:
+        sync()
+        began = time.perf_counter()
+        found, actions = run_model_episodes(
+            config, (model, tokenizer, source), range(episodes), "holdout", desc="bench/evaluate"
+        )
+        sync()
+        seconds = time.perf_counter() - began
+    finally:
+        setattr(module, name, real_call)
+    return {
+        "episodes": episodes,
+        "seconds": round(seconds, 3),
+        "episodes_per_s": round(episodes / seconds, 2),
+        "actions": len(actions),
+        "generate_calls": len(calls),
+        "episodes_per_generate_call_mean": round(statistics.mean(calls), 1),
+        "mean_return": round(statistics.mean(e.episode_return for e in found), 4),
+    }
+
+
+def _phases(config, run: Run, eval_episodes: int, bare_batches: int) -> dict:
+    """The stages and loops measured, in order, each after the previous phase's memory is freed."""
+    from ..training.grpo import train_grpo
+    from ..training.sft import run_sft
+
+    _reset_peak()
+    shapes, sft_model, grpo_model = ShapeRecorder(), ModelRecorder(), ModelRecorder()
+    sft = run_sft(config, run, extra_callbacks=[shapes, sft_model])
+    peaks = {"sft": _peaks()}
+    rows = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    _reset_peak()
+    bare = bare_forward_backward(config, sft["inputs"]["base"], rows, bare_batches)
+    peaks["bare_forward_backward"] = _peaks()
+    _reset_peak()
+    # the policy's GRPO only (the stage would add grpo_no_sft with that ablation)
+    train_grpo(config, run, extra_callbacks=[grpo_model])
+    peaks["grpo"] = _peaks()
+    grpo = _grpo_timings(run.dir / "grpo" / "train_log.jsonl")
+    _reset_peak()
+    evaluation = _evaluation(config, run, eval_episodes)
+    peaks["evaluation"] = _peaks()
+    trained = {"sft": sft_model.seen, "grpo": grpo_model.seen}
+    return {
+        "sft": sft,
+        "shapes": shapes,
+        "bare": bare,
+        "grpo": grpo,
+        "evaluation": evaluation,
+        "peaks": peaks,
+        "trained": trained,
+    }
+
+
 def run_bench(
     profile: str,
     overrides: dict | None = None,
@@ -203,79 +248,53 @@ def run_bench(
     eval_episodes: int = 200,
     bare_batches: int = 10,
     workdir: Path | None = None,
+    random_model: str | None = None,
 ) -> dict:
-    from ..evaluation.closed_loop import run_model_episodes
-    from ..inference import load_policy_model
-    from ..training.train import run_sft, train_grpo
-
-    config = load_config(profile, {**(overrides or {}), "sft.max_steps": sft_steps, "grpo.max_steps": grpo_steps})
+    """Measure every phase in a throw-away run folder (removed after); `random_model` (a shape of
+    lib/bench/random_model.py) trains a random-weight model of that shape instead of the profile's."""
+    steps = {"sft.max_steps": sft_steps, "grpo.max_steps": grpo_steps}
+    config = load_config(profile, {**(overrides or {}), **steps})
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-", dir=workdir))
     try:
+        built = None
+        if random_model is not None:
+            model_dir = scratch / "random-model"
+            config = load_config(profile, {**(overrides or {}), **steps, "model.name": str(model_dir)})
         run = Run(scratch / "run", config)
         began = time.perf_counter()
         run_corpus(config, run)
         corpus_s = time.perf_counter() - began
-
-        _reset_peak()
-        recorder = ShapeRecorder()
-        sft = run_sft(config, run, extra_callbacks=[recorder])
-        sft_peak = _peak_mb()
-        rows = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
-        _reset_peak()
-        bare = bare_forward_backward(config, sft["inputs"]["base"], rows, bare_batches)
-        bare_peak = _peak_mb()
-
-        _reset_peak()
-        train_grpo(config, run)  # the policy's GRPO only (the stage would add grpo_no_sft with that ablation)
-        grpo_peak = _peak_mb()
-        grpo_timing = _grpo_timings(run.dir / "grpo" / "train_log.jsonl")
-
-        _reset_peak()
-        model, tokenizer, source = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
-        calls = []
-        from .. import candidates, inference
-
-        # the one batched model call per round: candidate scoring, or generation with free text
-        module, name = (
-            (candidates, "score_answers")
-            if config.model.action_space == "candidates"
-            else (inference, "generate_actions")
-        )
-        real_call = getattr(module, name)
-
-        def counted(model, tokenizer, message_batches, *args, **kwargs):
-            calls.append(len(message_batches))
-            return real_call(model, tokenizer, message_batches, *args, **kwargs)
-
-        setattr(module, name, counted)
-        try:
-            _sync()
-            began = time.perf_counter()
-            episodes, actions = run_model_episodes(
-                config, (model, tokenizer, source), range(eval_episodes), "holdout", desc="bench/evaluate"
+        if random_model is not None:
+            rows = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+            built = build_random_model(
+                random_model, rows, config.spec.vocabulary(), model_dir, resolved_precision(config.model)
             )
-            _sync()
-            eval_s = time.perf_counter() - began
-        finally:
-            setattr(module, name, real_call)
-        eval_peak = _peak_mb()
+        phases = _phases(config, run, eval_episodes, bare_batches)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return _report(profile, overrides, config, corpus_s, built, phases)
 
-    sft_metrics = sft["metrics"]
+
+def _report(profile: str, overrides: dict | None, config, corpus_s: float, built: dict | None, phases: dict) -> dict:
+    sft_metrics, bare, grpo_timing, evaluation = (
+        phases["sft"]["metrics"],
+        phases["bare"],
+        phases["grpo"],
+        phases["evaluation"],
+    )
     ratio = sft_metrics["tokens_per_s"] / bare["tokens_per_s"] if sft_metrics["tokens_per_s"] else None
-    eval_rate = eval_episodes / eval_s
-    device = hardware()
-    device.pop("platform", None)
-    report = {
+    peaks = phases["peaks"]
+    return {
         "profile": profile,
         "overrides": overrides or {},
-        "device": device,
+        **({"random_model": built} if built else {}),
+        "device": _device(),
         "backend": sft_metrics["backend"],
         "precision": resolved_precision(config.model),
         "logprob_kernel": sft_metrics["logprob_kernel"],
-        "packages": package_versions(("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "gguf")),
+        "packages": package_versions(PACKAGES),
         "corpus_s": round(corpus_s, 2),
+        "trained": phases["trained"],
         "sft": {
             "steps": sft_metrics["steps"],
             "batch_size": config.sft.batch_size,
@@ -283,8 +302,10 @@ def run_bench(
             "train_tokens": sft_metrics["train_tokens"],
             "train_runtime_s": sft_metrics["train_runtime_s"],
             "tokens_per_s": sft_metrics["tokens_per_s"],
-            "trainer_inputs": recorder.summary(),
-            "top_ops_two_steps": recorder.ops,
+            "loss_first": sft_metrics["loss_first"],
+            "loss_last": sft_metrics["loss_last"],
+            "trainer_inputs": phases["shapes"].summary(),
+            "top_ops_two_steps": phases["shapes"].ops,
         },
         "bare_forward_backward": bare,
         "sft_stage_vs_bare_ratio": round(ratio, 4) if ratio else None,
@@ -294,29 +315,34 @@ def run_bench(
             "max_completion_length": config.grpo.max_completion_length,
             **grpo_timing,
         },
-        "evaluation": {
-            "episodes": eval_episodes,
-            "seconds": round(eval_s, 3),
-            "episodes_per_s": round(eval_rate, 2),
-            "actions": len(actions),
-            "generate_calls": len(calls),
-            "episodes_per_generate_call_mean": round(statistics.mean(calls), 1),
-            "mean_return": round(statistics.mean(e.episode_return for e in episodes), 4),
-        },
+        "evaluation": evaluation,
         "peak_memory_mb": {
-            "sft": sft_peak,
-            "bare_forward_backward": bare_peak,
-            "grpo": grpo_peak,
-            "evaluation": eval_peak,
+            **{phase: peak["allocated_mb"] for phase, peak in peaks.items()},
             "kind": "torch.cuda.max_memory_allocated per phase"
             if cuda_available()
             else "process max RSS so far (CPU: monotonic across phases)",
         },
+        **(
+            {"peak_memory_reserved_mb": {phase: peak["reserved_mb"] for phase, peak in peaks.items()}}
+            if cuda_available()
+            else {}
+        ),
         "bars_h100": {
             **BARS,
             "sft_ratio_met": bool(ratio and ratio >= BARS["sft_stage_vs_bare_ratio_min"]),
             "grpo_step_met": grpo_timing["median_after_first"]["step_s"] <= BARS["grpo_step_s_max"],
-            "eval_rate_met": eval_rate >= BARS["eval_episodes_per_s_min"],
+            "eval_rate_met": evaluation["episodes_per_s"] >= BARS["eval_episodes_per_s_min"],
         },
     }
-    return report
+
+
+def summary_line(report: dict) -> str:
+    """One line of the figures that matter: SFT's share of the bare loop, GRPO's step split, evaluation's rate."""
+    sft, grpo, evaluation = report["sft"], report["grpo"]["median_after_first"], report["evaluation"]
+    return (
+        f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
+        f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
+        f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s); GRPO {grpo['step_s']:.2f} s/step "
+        f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
+        f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s"
+    )

@@ -2,7 +2,7 @@
 
 On the first GRPO prompts of a run: the policy's distribution over each state's candidates (entropy, mass on the
 candidates, probability of a best action) and, in expectation and without sampling noise, the `explore/*` numbers
-GRPO logs there while it trains (lib/training/explore.py: `group_metrics`). A probe, not a stage: it reads a run and
+GRPO logs there while it trains (lib/reward.py: `group_metrics`). A probe, not a stage: it reads a run and
 writes only the JSON it is asked to (--out).
 """
 

@@ -58,7 +58,7 @@ ATTACKS: dict[str, Callable] = {
 def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict | None = None) -> dict:
     """Score every attack kind at every state against the worst legal action there. Returns per-kind results.
     With `grpo.continuation: policy` the reward needs `policy` ({"model", "tokenizer"}) to finish episodes."""
-    from ..training.reward import make_reward_function
+    from ..reward import make_reward_function
 
     reward = make_reward_function(config, policy=policy)
     spec = config.spec

@@ -54,7 +54,7 @@ def _left_out(paths: list[PurePosixPath]) -> list[str]:
 def missing_gate_inputs(run_dir: Path, manifest: dict) -> list[str]:
     """What the gate re-reads (`gate.reread_files`) that the run folder lacks: a package without it still verifies
     file by file, but the gate on its copy fails `manifest_valid` and `every_action_has_provenance`."""
-    from ..reporting.gate import reread_files
+    from ..gate import reread_files
 
     return [name for name in reread_files(run_dir, manifest) if not (run_dir / name).is_file()]
 
@@ -202,7 +202,7 @@ def verify_archive(archive: Path | str, into: Path | str | None = None) -> dict:
     gate on the unpacked run (without writing its gate.json). Checks that fail only because weights are not in the
     copy are labelled `not_checkable`, not counted as failures; the run's own gate.json (the full run's verdict)
     is shown beside each. `ok` is true when every file matches and every check that could run passed."""
-    from ..reporting.gate import run_gate
+    from ..gate import run_gate
 
     archive = Path(archive)
     with tempfile.TemporaryDirectory(prefix="verify-") as scratch:

@@ -43,7 +43,7 @@ class StageFailed(RuntimeError):
 # What the front page (One_Run_Runner.ipynb) reads after the stages, by the stage that writes it: its headline cell
 # reads eval.json, its gate cell gate.json.
 FRONT_PAGE_READS = {"evaluate": "evaluate/eval.json", "report": "gate.json"}
-# The stages whose files the gate re-reads (lib/reporting/gate.py's checks); the report stage then runs it.
+# The stages whose files the gate re-reads (lib/gate.py's checks); the report stage then runs it.
 GATE_READS = ("corpus", "sft", "grpo", "evaluate", "export", "postsave")
 
 
@@ -178,8 +178,8 @@ def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Pa
     import papermill
 
     from ..config import load_config
+    from ..gate import format_verdict
     from ..io import read_json
-    from ..reporting.gate import format_verdict
     from ..runs import new_run_id
 
     load_config(profile, overrides)  # a bad profile or override fails here, before any kernel starts

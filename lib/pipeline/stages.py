@@ -25,13 +25,13 @@ def _baselines() -> Callable:
 
 
 def _sft() -> Callable:
-    from ..training.train import run_sft
+    from ..training.sft import run_sft
 
     return run_sft
 
 
 def _grpo() -> Callable:
-    from ..training.train import run_grpo
+    from ..training.grpo import run_grpo
 
     return run_grpo
 

@@ -1,15 +1,19 @@
-"""The verbs of `python -m lib` that work on a finished run folder: `sweep` (every GRPO checkpoint played again),
-`package` and `verify` (an archive with checksums), `logs` (summaries of runs as a table). Registered by
+"""The verbs of `python -m lib` that read finished runs and draw: `sweep` (every GRPO checkpoint played again by
+lib/evaluation/sweep.py, then tabled and charted), `compare` (the ablation table), `summary` (Markdown results),
+`env-table` (an environment README's baseline tables) and `logs` (summaries of runs as a table). Registered by
 lib/__main__.py; heavy imports happen only when a verb runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..arguments import env_help
+
 
 def _sweep(args) -> int:
-    from ..reporting.plots import draw
-    from ..reporting.sweep import run_sweep, sweep_table
+    from ..evaluation.sweep import run_sweep
+    from .plots import draw
+    from .sweep import sweep_table
 
     run_sweep(args.run_dir, args.split, args.episodes)
     print(sweep_table(args.run_dir).to_markdown(index=False))
@@ -18,30 +22,47 @@ def _sweep(args) -> int:
     return 0
 
 
-def _package(args) -> int:
-    from ..export.package import package_run
+def _compare(args) -> int:
+    """Forks of one base, each quickchecked on the same seeds: every variant's GRPO minus the first run's GRPO,
+    paired by seed, as a markdown table (the ablation table)."""
+    from .compare import compare_table, pair_table
 
-    record = package_run(args.run_dir, args.out, args.weights)
-    left = f"; left out: {', '.join(record['left_out'])}" if record["left_out"] else ""
-    print(f"wrote {record['archive']} ({record['files']} files + SHA256SUMS, sha256 {record['sha256'][:12]}){left}")
-    if record["missing_gate_inputs"]:
-        print(
-            f"warning: the run folder lacks what the gate re-reads ({', '.join(record['missing_gate_inputs'])}): "
-            "verify will find the files intact but the gate on the copy will fail"
-        )
+    table = pair_table(args.runs) if args.pairs else compare_table(args.runs, args.split)
+    print(table)
+    if args.out:
+        from ..io import atomic_write_text
+
+        atomic_write_text(args.out, table + "\n")
     return 0
 
 
-def _verify(args) -> int:
-    from ..export.package import format_verification, verify_archive
+def _summary(args) -> int:
+    from ..io import atomic_write_text
+    from .summary import environment_table, run_results, seed_table
 
-    result = verify_archive(args.archive, args.into)
-    print(format_verification(result))
-    return 0 if result["ok"] else 1 if not result["files"].ok else 3
+    if args.seeds:
+        text = seed_table(args.runs)
+    else:
+        text = run_results(args.runs[0]) if len(args.runs) == 1 else environment_table(args.runs)
+    print(text)
+    if args.out:
+        atomic_write_text(args.out, text + "\n")
+    return 0
+
+
+def _env_table(args) -> int:
+    from ..envs import get_spec
+    from ..evaluation.baselines import run_baselines
+    from .env_tables import env_tables
+
+    spec = get_spec(args.env)
+    reports = {split: run_baselines(spec, split, args.episodes, args.seed, env=args.env) for split in args.split}
+    print(env_tables(reports))
+    return 0
 
 
 def _logs(args) -> int:
-    from ..reporting.logs import logs_table, markdown, write_csv
+    from .logs import logs_table, markdown, write_csv
 
     table = logs_table(args.runs)
     print(markdown(table))
@@ -51,7 +72,34 @@ def _logs(args) -> int:
     return 0
 
 
-def add_run_tool_verbs(verbs) -> None:
+def add_verbs(verbs) -> None:
+    c = verbs.add_parser("compare", help="ablation table: forks' GRPO returns paired by seed against the first run's")
+    c.add_argument("runs", nargs="+", type=Path, help="the reference run first, then its variants (forks of one base)")
+    c.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    c.add_argument(
+        "--pairs",
+        action="store_true",
+        help="the runs are pairs A B on the same corpus, SFT and seeds: B - A per seed and split, with both gates",
+    )
+    c.add_argument("--out", type=Path, default=None)
+    c.set_defaults(func=_compare)
+    u = verbs.add_parser(
+        "summary", help="Markdown results from finished runs: one run's table, or environment x policy"
+    )
+    u.add_argument("runs", nargs="+", type=Path)
+    u.add_argument(
+        "--seeds",
+        action="store_true",
+        help="one row per environment x seed x split: SFT, GRPO, teacher, improver, oracle, GRPO - teacher, gaps",
+    )
+    u.add_argument("--out", type=Path, default=None)
+    u.set_defaults(func=_summary)
+    e = verbs.add_parser("env-table", help="an environment README's generated baseline tables, in Markdown")
+    e.add_argument("--env", required=True, help=env_help())
+    e.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
+    e.add_argument("--episodes", type=int, default=500)
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=_env_table)
     w = verbs.add_parser(
         "sweep",
         help="every saved GRPO checkpoint (and SFT as step 0) played on the same seeds: sweep/sweep.json + chart",
@@ -60,17 +108,6 @@ def add_run_tool_verbs(verbs) -> None:
     w.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     w.add_argument("--episodes", type=int, default=50, help="the first N of the evaluation's seeds of --split")
     w.set_defaults(func=_sweep)
-    k = verbs.add_parser("package", help="one tar.gz of a run with SHA256SUMS inside (weights only with --weights)")
-    k.add_argument("--run-dir", type=Path, required=True)
-    k.add_argument("--out", type=Path, default=None, help="default: <run-dir>.tar.gz beside the run folder")
-    k.add_argument("--weights", action="store_true", help="include model, adapter, merged and checkpoint weights")
-    k.set_defaults(func=_package)
-    v = verbs.add_parser(
-        "verify", help="re-check every file of a package against its SHA256SUMS, then run the gate on the unpacked copy"
-    )
-    v.add_argument("archive", type=Path)
-    v.add_argument("--into", type=Path, default=None, help="unpack here and keep it (default: a temporary folder)")
-    v.set_defaults(func=_verify)
     o = verbs.add_parser("logs", help="per-stage and per-run summaries of runs as a Markdown table and a CSV")
     o.add_argument("runs", nargs="+", type=Path)
     o.add_argument("--out", type=Path, default=None, help="the CSV")

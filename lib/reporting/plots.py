@@ -266,7 +266,7 @@ CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "anti_cheat": (anti_cheat, (ANTI_HACKING,)),
     "postsave": (postsave, (POSTSAVE,)),
     "ablations": (ablations, (EVAL,)),
-    "sweep": (sweep_chart, (SWEEP,)),  # only after `python -m lib sweep` (lib/reporting/sweep.py)
+    "sweep": (sweep_chart, (SWEEP,)),  # only after `python -m lib sweep` (lib/evaluation/sweep.py)
 }
 OPTIONAL_CHARTS = ("sweep",)  # drawn only when a command run after the stages wrote their input
 

@@ -208,8 +208,8 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
 
 def run_report(config, run) -> dict:
     """Stage `report`: the gate's verdict (gate.json), every chart (charts/) and report.md, from the run's files."""
+    from ..gate import run_gate
     from . import plots
-    from .gate import run_gate
 
     verdict = run_gate(run.dir)
     charts = plots.draw_all(run.dir)

@@ -41,7 +41,7 @@ def grpo_reward(run_dir: Path) -> Figure:
 def exploration(run_dir: Path) -> Figure:
     """Per GRPO step. Step mode: how often some sample beat the teacher's own action at its state, by how much the
     best sample beat it, and (sampling over the candidates) the policy's entropy over the candidate set and its
-    probability of the best candidate (lib/training/explore.py, lib/training/rollout.py). Multi-turn mode: the
+    probability of the best candidate (lib/reward.py, lib/training/rollout.py). Multi-turn mode: the
     length and mean return of the episodes the policy played, and its entropy at the trained turns
     (lib/training/multiturn.py)."""
     panels = [

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..arguments import env_help
+
 
 def _serve(args) -> int:
     import uvicorn
@@ -28,9 +30,9 @@ def _replay(args) -> int:
     return 0
 
 
-def add_serve_verbs(verbs, env_help: str) -> None:
+def add_verbs(verbs) -> None:
     s = verbs.add_parser("serve", help="serve one environment over OpenEnv (HTTP + WebSocket) with its dashboard")
-    s.add_argument("--env", required=True, help=env_help)
+    s.add_argument("--env", required=True, help=env_help())
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--host", default="127.0.0.1", help="127.0.0.1 (default) keeps it on this machine")
     s.add_argument("--run-dir", type=Path, default=None, help="a run of this environment: its replay, charts, gate")

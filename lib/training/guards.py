@@ -1,7 +1,7 @@
 """What stops training loudly instead of training on bad input: prompts longer than grpo.max_prompt_length (never
 truncated), answers longer than grpo.max_completion_length (they would be cut off), and a NaN/inf loss.
 
-Used by the sft and grpo stages (lib/training/train.py).
+Used by the sft and grpo stages (lib/training/sft.py, grpo.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ candidate policy itself. A temperature other than 1 samples off-policy; the run'
 Logged every step (explore/*): the policy's entropy over the candidates, its probability of the reference
 policy's own answer and of the best answer at the state (from the corpus row's candidate returns). They leave as
 the rollout's extra output `rollout_metrics`, which TRL forwards to the reward functions; the grpo stage's reward
-logs them with TRL's `log_metric` (lib/training/train.py: `_logged_reward`).
+logs them with TRL's `log_metric` (lib/training/samplers.py: `logged_reward`).
 """
 
 from __future__ import annotations

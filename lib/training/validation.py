@@ -4,7 +4,7 @@ episodes on a fixed validation seed set, and the run keeps the best checkpoint (
 Validation seeds are `train`-split seeds from their own block (`VALIDATION_SEED_OFFSET` on), so they are disjoint
 from the holdout splits by construction and from every corpus seed. Each point (the step, mean return with its
 95% CI, invalid rate) is appended to `grpo/validation.jsonl`; the best adapter so far is saved atomically to
-`grpo/adapter_best/`. Used by the grpo stage (lib/training/train.py); notebook 04_grpo and the report chart it.
+`grpo/adapter_best/`. Used by the grpo stage (lib/training/grpo.py); notebook 04_grpo and the report chart it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """Verifiable checkpoints: a checkpoint counts only once its sha256 manifest is written (last, atomically),
-and `--resume-from` refuses one whose files do not match it. The grpo stage writes the manifest from the trainer's
-public `on_save` callback, which transformers calls right after a checkpoint folder is complete."""
+and `--resume-from` (lib/training) and the checkpoint sweep (lib/evaluation/sweep.py) refuse one whose files do not
+match it. The grpo stage writes the manifest from the trainer's public `on_save` callback
+(lib/training/harness.py: `CheckpointManifestCallback`), which transformers calls right after a checkpoint folder is
+complete."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-from ..io import atomic_write_json
-from ..models import sha256_file
+from .io import atomic_write_json, sha256_file
 
 MANIFEST = "checkpoint_manifest.json"
 
@@ -28,16 +26,6 @@ def write_checkpoint_manifest(folder: Path) -> None:
         if p.is_file() and p.name != MANIFEST
     }
     atomic_write_json(folder / MANIFEST, {"files": files})
-
-
-class CheckpointManifestCallback(TrainerCallback):
-    """After each checkpoint the trainer saves (<output_dir>/checkpoint-<step>/, with everything TRL adds to it),
-    writes its manifest; on the process that saves (args.should_save)."""
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        if args.should_save and folder.is_dir():
-            write_checkpoint_manifest(folder)
 
 
 def verify_checkpoint(folder: Path) -> None:

@@ -1,6 +1,16 @@
 """The GRPO reward, step mode: the environment's verdict on each completion, plus the per-step env/* and explore/*
-metrics. Used by the grpo stage (lib/training/train.py) and the anti-hacking suite (lib/evaluation/antihack.py),
-so training and the attacks are scored by the same function.
+metrics. Used by the grpo stage (lib/training/grpo.py) and the anti-hacking suite (lib/evaluation/antihack.py),
+so training and the attacks are scored by the same function; it stands below both.
+
+Exploration, measured while GRPO trains (can it sample what beats the teacher?): `group_metrics` is called every
+GRPO step by the reward function, which logs
+- `explore/beats_reference`: the share of groups in which some sample scores above the reference policy's own
+  action at that state (the corpus row's `reference_return`, scored the same way);
+- `explore/best_minus_reference`: the mean over groups of the best sample's return minus that reference return.
+The candidate sampler (lib/training/rollout.py) adds `explore/candidate_entropy` (the policy's entropy over the
+state's candidates), `explore/p_best` and `explore/p_reference` (its probability of the best answer and of the
+reference's own answer). `python -m lib probe-explore` (lib/bench/probe_explore.py) measures the same numbers, in
+expectation, for any model folder or adapter on a fixed set of states.
 """
 
 from __future__ import annotations
@@ -10,10 +20,37 @@ from pathlib import Path
 
 import torch
 
-from ..config import RunConfig
-from ..distributed import is_main
-from ..episodes import action_returns, policy_actor
-from .explore import group_metrics
+from .config import RunConfig
+from .distributed import is_main
+from .episodes import action_returns, policy_actor
+
+
+def group_metrics(
+    rewards: list[float],
+    reference_returns: list[float],
+    group_size: int,
+    tolerance: float = 1e-9,
+) -> dict:
+    """Per-step exploration metrics over consecutive groups of `group_size` samples (TRL keeps each prompt's
+    samples together), each group compared with the reference policy's return at its state.
+
+    >>> group_metrics([0.2, 0.9, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], 2)
+    {'explore/beats_reference': 0.5, 'explore/best_minus_reference': 0.2, 'explore/mean_minus_reference': 0.025}
+    """
+    if len(rewards) % group_size:
+        raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
+    beats, best_gap, mean_gap = [], [], []
+    for start in range(0, len(rewards), group_size):
+        group, reference = rewards[start : start + group_size], reference_returns[start]
+        beats.append(max(group) > reference + tolerance)
+        best_gap.append(max(group) - reference)
+        mean_gap.append(sum(group) / len(group) - reference)
+    n = len(beats)
+    return {
+        "explore/beats_reference": sum(beats) / n,
+        "explore/best_minus_reference": round(sum(best_gap) / n, 6),
+        "explore/mean_minus_reference": round(sum(mean_gap) / n, 6),
+    }
 
 
 def model_continuation(policy: dict, config: RunConfig):
@@ -21,7 +58,7 @@ def model_continuation(policy: dict, config: RunConfig):
     candidates or generating free text, as `model.action_space` says), one batched call per step for all
     unfinished episodes. `policy` is filled in once the trainer exists, so the continuation always uses the
     weights being trained."""
-    from ..inference import model_actor
+    from .inference import model_actor
 
     def act(live) -> list[str]:
         model, tokenizer = policy["model"], policy["tokenizer"]
@@ -61,7 +98,7 @@ def make_reward_function(config: RunConfig, samples_path: Path | None = None, po
     blocklist = [b.lower() for b in g.blocklist]
 
     def log_exploration(rewards, reference_return, log_metric) -> None:
-        """explore/* metrics (lib/training/explore.py): did some sample beat the reference's own action at its
+        """explore/* metrics (`group_metrics`): did some sample beat the reference's own action at its
         state (the corpus row's `reference_return`, scored the same way). The sampler logs the policy's spread."""
         if reference_return is None or log_metric is None:
             return

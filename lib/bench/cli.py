@@ -1,0 +1,210 @@
+"""The benchmark and probe verbs of `python -m lib`: `bench-gpu`, `bench-train`, `bench-speed`, `bench-serve`,
+`probe-explore` and `fingerprint`; code that measures the workbook, never part of a run's stages. Registered by
+lib/__main__.py; heavy imports happen only when a verb runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..arguments import add_set, env_help, parse_overrides
+
+
+def _bench_train(args) -> int:
+    from .bench_train import bench_train
+
+    bench_train(args.profile, args.repeats, args.out)
+    return 0
+
+
+def _bench_speed(args) -> int:
+    """Today's path against this checkout's, with the bare-loop limits beside them (lib/bench/bench_speed.py)."""
+    from .bench_speed import run_bench
+
+    run_bench(args.profile, args.baseline_ref, args.grpo_steps, args.eval_episodes, args.out, args.sft_steps)
+    return 0
+
+
+def _bench_serve(args) -> int:
+    """Load benchmark of a fresh localhost server (lib/bench/bench_serve.py); non-zero on any error."""
+    import json
+
+    from ..io import atomic_write_json
+    from .bench_serve import bench_serve
+
+    result = bench_serve(args.env, clients=args.clients, seconds=args.seconds)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
+    return 0 if result["server_errors"] == 0 and result["crashed_sessions"] == 0 else 1
+
+
+def _bench_gpu(args) -> int:
+    """Where a profile's time goes on this machine's accelerator (lib/bench/bench_gpu.py); writes one JSON. With
+    --modes, once per model.use_unsloth mode, each in a fresh process (lib/bench/gpu_modes.py)."""
+    if args.modes:
+        return _bench_gpu_modes(args)
+    from ..io import atomic_write_json
+    from .bench_gpu import run_bench, summary_line
+
+    report = run_bench(
+        args.profile,
+        parse_overrides(args.set),
+        sft_steps=args.sft_steps,
+        grpo_steps=args.grpo_steps,
+        eval_episodes=args.eval_episodes,
+        random_model=args.random_model,
+    )
+    atomic_write_json(args.out, report)
+    print(f"{summary_line(report)} -> {args.out}")
+    return 0
+
+
+def _bench_gpu_modes(args) -> int:
+    from ..io import atomic_write_json
+    from .bench_gpu import summary_line
+    from .gpu_modes import run_modes
+
+    argv = ["--profile", args.profile, "--sft-steps", str(args.sft_steps), "--grpo-steps", str(args.grpo_steps)]
+    argv += ["--eval-episodes", str(args.eval_episodes)]
+    argv += ["--random-model", args.random_model] if args.random_model else []
+    result = run_modes(args.modes, [*argv, "--set", *args.set], args.log)
+    atomic_write_json(args.out, result)
+    for mode, record in result["modes"].items():
+        if "skipped" in record:
+            print(f"{mode}: skipped: {record['skipped']}")
+        elif record["rc"] == 0:
+            print(f"{mode}: {summary_line(record['report'])}")
+        else:
+            print(f"{mode}: FAILED (exit {record['rc']}):\n" + "\n".join(record["error_tail"][-30:]))
+    print(f"wrote {args.out}")
+    return 1 if any(record.get("rc", 0) != 0 for record in result["modes"].values()) else 0
+
+
+def _probe_explore(args) -> int:
+    """Exploration on a fixed set of states (lib/bench/probe_explore.py, `probe`) for the run's SFT model or any
+    model/adapter."""
+    from ..io import atomic_write_json
+    from ..runs import Run, read_config
+    from .probe_explore import probe
+
+    config = read_config(args.run_dir)
+    run = Run(args.run_dir, config)
+    model = args.model or run.read_stage("sft")["outputs"]["model"]
+    report = probe(config, run, model, args.adapter, args.states, args.margin)
+    for part in ("all", "improvable"):
+        r = report[part]
+        if r["states"]:
+            print(
+                f"{part:<11} {r['states']:4d} states: P(some of {report['group_size']} samples beats the reference) "
+                f"{r['beats_reference']:.3f}, E[best - reference] {r['best_minus_reference']:+.3f}, candidate entropy "
+                f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}"
+            )
+    for kind, r in report["improvable_by_best_kind"].items():
+        print(
+            f"  best={kind:<10} {r['states']:4d} states: P(beats) {r['beats_reference']:.3f}, p(best) {r['p_best']:.4f}"
+        )
+    if args.out:
+        atomic_write_json(args.out, report)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _fingerprint(args) -> int:
+    import json
+
+    from ..envs import builtin_names
+    from ..io import atomic_write_json
+    from .fingerprint import fingerprint
+
+    found = []
+    for env in args.env or builtin_names():
+        found.append(fingerprint(env, args.episodes, tuple(args.split), tuple(args.ignore)))
+        print(json.dumps(found[-1]))
+    if args.out:
+        atomic_write_json(args.out, found)
+    return 0
+
+
+def _add_bench_gpu(verbs) -> None:
+    g = verbs.add_parser(
+        "bench-gpu",
+        help="benchmark: SFT tokens/s vs bare forward+backward, GRPO step split, "
+        "evaluation episodes/s, peak memory (one JSON)",
+    )
+    g.add_argument("--profile", default="gpu-smollm2")
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--sft-steps", type=int, default=30)
+    g.add_argument("--grpo-steps", type=int, default=6)
+    g.add_argument("--eval-episodes", type=int, default=200)
+    g.add_argument(
+        "--random-model",
+        choices=["qwen2.5-0.5b", "small"],
+        default=None,
+        help="train a random-weight model of this shape, built here without the hub, instead of the profile's "
+        "(small: only to check the plumbing on a CPU)",
+    )
+    g.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["auto", "never"],
+        default=None,
+        help="run once per model.use_unsloth mode, each in a fresh process, with the device's peak used memory; "
+        "auto is skipped when Unsloth does not import",
+    )
+    g.add_argument("--log", type=Path, default=None, help="with --modes: every mode's console output, in one file")
+    add_set(g, help="config overrides")
+    g.set_defaults(func=_bench_gpu)
+
+
+def add_verbs(verbs) -> None:
+    p = verbs.add_parser(
+        "probe-explore",
+        help="exploration on a fixed set of states: can the policy sample what "
+        "beats the teacher? (any model folder or adapter)",
+    )
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--model", default=None, help="model folder (default: the run's SFT model)")
+    p.add_argument("--adapter", default=None, help="a LoRA adapter on top, e.g. outputs/<id>/grpo/adapter")
+    p.add_argument("--states", type=int, default=64, help="the first N of the run's GRPO prompts")
+    p.add_argument("--margin", type=float, default=0.05, help="improvable: some candidate beats the reference by this")
+    p.add_argument("--out", type=Path, default=None)
+    p.set_defaults(func=_probe_explore)
+    _add_bench_gpu(verbs)
+    t = verbs.add_parser(
+        "bench-train",
+        help="benchmark: wall time of the corpus, sft and grpo stage commands, repeated; prints the median",
+    )
+    t.add_argument("--profile", default="cpu-smoke")
+    t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_train)
+    t = verbs.add_parser(
+        "bench-speed",
+        help="benchmark: multi-turn GRPO turns/s, evaluation episodes/s and scoring tokens/s, SFT tokens/s of a "
+        "baseline commit against this checkout, beside bare forward and forward+backward loops (one JSON)",
+    )
+    t.add_argument("--profile", default="cpu-smoke")
+    t.add_argument("--baseline-ref", default="0868a4d", help="the commit whose path is 'today' (a git ref)")
+    t.add_argument("--grpo-steps", type=int, default=4)
+    t.add_argument("--sft-steps", type=int, default=None, help="stop SFT early (its rate only; default: the profile's)")
+    t.add_argument("--eval-episodes", type=int, default=100)
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_speed)
+    b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
+    b.add_argument("--env", required=True, help=env_help())
+    b.add_argument("--clients", type=int, default=32)
+    b.add_argument("--seconds", type=float, default=20.0)
+    b.add_argument("--out", type=Path, default=None)
+    b.set_defaults(func=_bench_serve)
+    f = verbs.add_parser(
+        "fingerprint",
+        help="sha256 of every environment's returns, prompts and steps under every scripted policy (before/after)",
+    )
+    f.add_argument("--env", nargs="+", default=None, help="default: every built-in environment")
+    f.add_argument("--episodes", type=int, default=500, help="seeds per policy and split")
+    f.add_argument(
+        "--split", nargs="+", default=["holdout", "holdout_novel"], choices=["train", "holdout", "holdout_novel"]
+    )
+    f.add_argument("--ignore", nargs="+", default=[], metavar="INFO_KEY", help="info keys left out of the step hash")
+    f.add_argument("--out", type=Path, default=None)
+    f.set_defaults(func=_fingerprint)

@@ -1,0 +1,67 @@
+"""The verbs of `python -m lib` that play policies and measure them: `baselines` (the scripted and trivial policies)
+and `quickcheck` (a run's SFT and GRPO models against them, closed loop). Registered by lib/__main__.py; heavy imports
+happen only when a verb runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..arguments import env_help
+
+
+def _baselines(args) -> int:
+    from ..envs import UnknownEnvironmentError, builtin_names, get_spec
+    from .baselines import format_table, markdown_table, run_baselines, write_report
+
+    if args.env is None:
+        raise UnknownEnvironmentError(f"--env is required: one of {builtin_names()} or a dotted module path")
+    spec = get_spec(args.env)
+    reports = {
+        split: run_baselines(spec, split, args.episodes, args.seed, args.policies, env=args.env) for split in args.split
+    }
+    for report in reports.values():
+        print(format_table(report))
+    if args.markdown:
+        print(markdown_table(reports))
+    if args.out:
+        write_report(reports[args.split[0]] if len(reports) == 1 else reports, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _quickcheck(args) -> int:
+    from ..runs import Run, read_config
+    from .evaluate import quick_check
+
+    config = read_config(args.run_dir)
+    report = quick_check(config, Run(args.run_dir, config), args.episodes, args.split)
+    for name, r in report["policies"].items():
+        print(f"{name:<10} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
+    for name, d in report["paired"].items():
+        print(f"{name:<15} {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+    gap = report["gap_closure"]
+    print(
+        f"gap closure (GRPO - teacher) / (oracle - teacher): {gap['mean']:+.3f}  "
+        f"ci95 [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}]"
+    )
+    print(f"GRPO mean frac_reward_zero_std: {report['grpo_frac_reward_zero_std_mean']}")
+    for key, value in report["grpo_explore"].items():
+        print(f"GRPO {key}: {value:.4f}")
+    return 0
+
+
+def add_verbs(verbs) -> None:
+    b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
+    b.add_argument("--env", default=None, help=env_help())
+    b.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
+    b.add_argument("--markdown", action="store_true", help="also print one Markdown table over the splits")
+    b.add_argument("--episodes", type=int, default=500)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--policies", nargs="*", default=None)
+    b.add_argument("--out", type=Path, default=None)
+    b.set_defaults(func=_baselines)
+    q = verbs.add_parser("quickcheck", help="closed-loop SFT vs GRPO vs baselines on held-out episodes")
+    q.add_argument("--run-dir", type=Path, required=True)
+    q.add_argument("--episodes", type=int, default=200)
+    q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    q.set_defaults(func=_quickcheck)

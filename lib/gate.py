@@ -1,0 +1,273 @@
+"""The strict gate: `python -m lib gate outputs/<run_id>` re-checks a finished run from its files and exits
+non-zero listing every failed check. Notebook 07_report runs it and shows the verdict; writes `gate.json`.
+It stands below export (a package is verified by the gate on its unpacked copy) and reporting (the report shows the
+verdict): it reads the run's files, and plays nothing (only `closed_loop.check_provenance` is borrowed).
+
+Checks recompute what they can (weight shas, provenance of every evaluated action) instead of trusting the
+stage records. The `improved` and `beats_teacher` checks are the only ones that depend on the training outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .io import atomic_write_json, sha256_file, weights_sha256
+from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
+
+ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
+OUTCOME_CHECKS = ("improved", "beats_teacher")  # depend on whether training worked, not on whether the run is honest
+
+
+# Each stage's recorded params, as the manifest's config says they must be.
+STAGE_PARAMS = {
+    "corpus": lambda c: c.corpus.model_dump(mode="json"),
+    "baselines": lambda c: {"episodes": c.eval.episodes},
+    "sft": lambda c: c.sft.model_dump(mode="json"),
+    "grpo": lambda c: c.grpo.model_dump(mode="json"),
+    "evaluate": lambda c: c.eval.model_dump(mode="json"),
+    "export": lambda c: c.export.model_dump(mode="json"),
+    "postsave": lambda c: {"episodes": c.export.postsave_episodes},
+}
+
+
+class GateFailure(Exception):
+    """One gate check did not hold."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:  # not `assert`: python -O must never turn the gate's checks off
+        raise GateFailure(message)
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+def _read(run_dir: Path, relative: str) -> dict:
+    path = run_dir / relative
+    if not path.exists():
+        raise FileNotFoundError(f"missing {relative}")
+    if relative.endswith("/stage.json"):  # its paths are relative to the run folder, wherever that now is
+        return read_stage_record(run_dir, relative.split("/")[0])
+    return read_json_record(path, relative)
+
+
+def _manifest(run_dir: Path) -> str:
+    """manifest.json exists, parses, holds a valid config, lists every stage with the status its record has, and
+    its corpus hashes are the corpus files' own."""
+    path = run_dir / "manifest.json"
+    manifest = read_json_record(path, "the run's manifest")
+    config = manifest_config(manifest, path)
+    recorded = manifest.get("stages")
+    _require(isinstance(recorded, dict), f"{path}: no 'stages' recorded")
+    on_disk = {
+        p.parent.name: read_json_record(p, "stage record").get("status") for p in sorted(run_dir.glob("*/stage.json"))
+    }
+    _require(
+        set(on_disk) <= set(recorded), f"{path}: stages {sorted(set(on_disk) - set(recorded))} ran but are not recorded"
+    )
+    mismatched = {k: (recorded[k].get("status"), v) for k, v in on_disk.items() if recorded[k].get("status") != v}
+    _require(not mismatched, f"{path}: stage status in manifest vs stage.json differ: {mismatched}")
+    missing = sorted(set(recorded) - set(on_disk))
+    _require(not missing, f"{path}: stages {missing} are recorded but their stage.json is missing")
+    for name, digest in (manifest.get("corpus_hashes") or {}).items():
+        actual = sha256_file(run_dir / "corpus" / name) if (run_dir / "corpus" / name).is_file() else "missing"
+        _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
+    differ = {}
+    for stage in on_disk:
+        expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
+        if expected is not None:
+            params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
+            keys = sorted(k for k in set(params) | set(expected(config)) if params.get(k) != expected(config).get(k))
+            if keys:
+                differ[stage] = keys
+    _require(
+        not differ,
+        "; ".join(
+            f"{stage}/stage.json ran with other settings than {path}'s config: {keys}" for stage, keys in differ.items()
+        ),
+    )
+    return (
+        f"profile {config.profile}, env {config.env}, {len(recorded)} stages recorded and on disk, each run with "
+        "the manifest's config, corpus hashes match"
+    )
+
+
+EPISODES = "evaluate/episodes.jsonl"
+
+
+def reread_files(run_dir: Path, manifest: dict) -> list[str]:
+    """The files the gate re-reads beyond the small records: the corpus files whose hashes the manifest records
+    (`manifest_valid`) and, once the run has an evaluation, its episodes (`every_action_has_provenance`). A run
+    folder trimmed of them (the committed reference runs) cannot pass those two checks."""
+    needed = [f"corpus/{name}" for name in sorted(manifest.get("corpus_hashes") or {})]
+    return needed + ([EPISODES] if (Path(run_dir) / "evaluate" / "eval.json").is_file() else [])
+
+
+def _backends(run_dir: Path) -> str:
+    found = {stage: _read(run_dir, f"{stage}/stage.json")["metrics"].get("backend") for stage in ("sft", "grpo")}
+    bad = {s: b for s, b in found.items() if b not in ACCEPTED_BACKENDS}
+    _require(not bad, f"backends not accepted: {bad} (accepted: {list(ACCEPTED_BACKENDS)})")
+    return f"sft={found['sft']}, grpo={found['grpo']}"
+
+
+def _grpo_artifact(run_dir: Path) -> str:
+    grpo = _read(run_dir, "grpo/stage.json")
+    _require(grpo["status"] == "ok", f"grpo status is {grpo['status']!r}")
+    actual = weights_sha256(Path(grpo["outputs"]["adapter"]))
+    _require(
+        actual == grpo["metrics"]["adapter_sha256"],
+        f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}",
+    )
+    return f"status ok, adapter sha256 {actual[:12]} matches"
+
+
+def _postsave(run_dir: Path) -> str:
+    result = _read(run_dir, "postsave/postsave_inference.json")
+    export = _read(run_dir, "export/export_manifest.json")
+    merged = Path(_read(run_dir, "export/stage.json")["outputs"]["merged"])
+    on_disk = weights_sha256(merged)
+    _require(
+        result["model_source"]["sha256"] == export["weights_sha256"] == on_disk,
+        f"post-save loaded {result['model_source']['sha256'][:12]}, "
+        f"export manifest says {export['weights_sha256'][:12]}, "
+        f"disk has {on_disk[:12]}",
+    )
+    _require(result["actions"] == result["actions_with_source"], "some post-save actions have no model_source")
+    return (
+        f"{result['episodes']} episodes from {merged} (sha256 {on_disk[:12]}), validity {result['validity_rate']:.2f}"
+    )
+
+
+def _provenance(run_dir: Path) -> str:
+    from .evaluation.closed_loop import check_provenance
+
+    report = _read(run_dir, "evaluate/eval.json")
+    grpo = _read(run_dir, "grpo/stage.json")
+    _require(
+        report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"],
+        "eval.json's GRPO artifact is not the trained adapter",
+    )
+    path = run_dir / EPISODES
+    _require(path.exists(), f"missing {EPISODES}")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    check_provenance(records, report["artifacts"])
+    actions = sum(len(r["actions"]) for r in records)
+    return f"{actions} actions in {len(records)} episodes, each from its evaluated source"
+
+
+def _anti_hacking(run_dir: Path) -> str:
+    report = _read(run_dir, "evaluate/anti_hacking_report.json")
+    failed = [k for k, a in report["attacks"].items() if not a["passed"]]
+    _require(len(report["attacks"]) >= 10, f"only {len(report['attacks'])} attack kinds")
+    _require(not failed, f"attack kinds scoring above the worst legal action: {failed}")
+    return f"{len(report['attacks'])} attack kinds, all at or below the worst legal action"
+
+
+def _claim_honest(run_dir: Path) -> str:
+    report = _read(run_dir, "evaluate/eval.json")
+    details = []
+    for claim, pair in (("improved", "grpo-sft"), ("beats_teacher", "grpo-teacher")):
+        paired = report["splits"]["holdout"]["paired"][pair]
+        _require(
+            report[claim] == (paired["ci95"][0] > 0),
+            f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}",
+        )
+        details.append(f"{claim}={report[claim]} matches {pair} paired CI {_ci(paired)}")
+    return "; ".join(details)
+
+
+def _above_zero(run_dir: Path, pair: str, label: str, failure: str) -> str:
+    """The holdout paired difference `pair` (shown as `label`) has its 95% CI above zero."""
+    paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"][pair]
+    _require(
+        paired["ci95"][0] > 0,
+        f"{failure}: {label} on holdout is {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} does not lie above zero",
+    )
+    return f"{label} {paired['mean']:+.3f}, paired 95% CI {_ci(paired)} above zero"
+
+
+def _improved(run_dir: Path) -> str:
+    return _above_zero(run_dir, "grpo-sft", "GRPO-SFT", "not improved")
+
+
+def _beats_teacher(run_dir: Path) -> str:
+    return _above_zero(run_dir, "grpo-teacher", "GRPO-teacher", "does not beat the teacher")
+
+
+def _ci(paired: dict) -> str:
+    return "[{:+.3f}, {:+.3f}]".format(*paired["ci95"])
+
+
+CHECKS = {
+    "manifest_valid": _manifest,
+    "backends_accepted": _backends,
+    "grpo_artifact_ok": _grpo_artifact,
+    "postsave_from_saved_artifact": _postsave,
+    "every_action_has_provenance": _provenance,
+    "anti_hacking_passed": _anti_hacking,
+    "improvement_claim_supported": _claim_honest,
+    "improved": _improved,
+    "beats_teacher": _beats_teacher,
+}
+
+
+def require_run_folder(run_dir: Path | str) -> Path:
+    """`python -m lib gate`'s input check: a folder with a manifest.json, else FileNotFoundError saying which (the
+    checks would only list every one failed, and writing gate.json would make the folder)."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist: give a run folder, e.g. outputs/<run_id>")
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a folder: give a run folder, e.g. outputs/<run_id>")
+    if not (run_dir / "manifest.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (missing {run_dir / 'manifest.json'})")
+    return run_dir
+
+
+def run_gate(run_dir: Path | str, write: bool = True) -> dict:
+    """Run every check; a check fails on any error (a missing file included). Writes <run>/gate.json."""
+    run_dir = Path(run_dir)
+    checks = []
+    for name, check in CHECKS.items():
+        try:
+            checks.append(Check(name, True, check(run_dir)))
+        except GateFailure as failure:
+            checks.append(Check(name, False, str(failure)))
+        except (FileNotFoundError, KeyError, RuntimeError, ValueError, DamagedRunError) as error:
+            checks.append(Check(name, False, f"{type(error).__name__}: {error}"))
+    verdict = {
+        "run_dir": str(run_dir),
+        "passed": all(c.passed for c in checks),
+        "integrity_passed": all(c.passed for c in checks if c.name not in OUTCOME_CHECKS),
+        "improved": next(c.passed for c in checks if c.name == "improved"),
+        "beats_teacher": next(c.passed for c in checks if c.name == "beats_teacher"),
+        "checks": [asdict(c) for c in checks],
+    }
+    if write:
+        atomic_write_json(run_dir / "gate.json", verdict)
+    return verdict
+
+
+def format_verdict(verdict: dict) -> str:
+    lines = [f"gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['run_dir']}"]
+    lines += [f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in verdict["checks"]]
+    return "\n".join(lines)
+
+
+def _gate(args) -> int:
+    verdict = run_gate(require_run_folder(args.run_dir))
+    print(format_verdict(verdict))
+    return 0 if verdict["passed"] else 1
+
+
+def add_verbs(verbs) -> None:
+    """`python -m lib gate RUN` (registered by lib/__main__.py)."""
+    g = verbs.add_parser("gate", help="re-check a finished run; exits non-zero listing every failed check")
+    g.add_argument("run_dir", type=Path)
+    g.set_defaults(func=_gate)

@@ -1,0 +1,131 @@
+"""Stage `sft`: TRL's SFTTrainer on the corpus's teacher transcripts (completion-only loss), into sft/model.
+
+`python -m lib stage sft --profile P --run-dir outputs/<id>` (or under `accelerate launch`); notebook 03_sft calls
+the same function.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from datasets import Dataset
+
+from ..config import RunConfig
+from ..distributed import is_main, wait_for_everyone
+from ..embedded import source_record
+from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
+from ..runs import Run, seed_everything
+from .corpus import read_jsonl
+from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length
+from .harness import JsonlLogger, precision_flags, save_atomically, tracking_args
+
+
+def _sft_dataset(rows: list[dict]) -> Dataset:
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+
+
+def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
+    """The model SFT starts from: the profile's, or for the tiny model one built here (tokenizer and untrained
+    weights) from the corpus's texts."""
+    if not is_tiny(config.model):
+        return config.model.name
+    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]] + [config.spec.vocabulary()]
+    if is_main():  # one process builds the tokenizer and the untrained model; the others load what it saved
+        build_tiny(texts, config.model.tiny, out / "base_model", config.seed)
+    wait_for_everyone()
+    return str(out / "base_model")
+
+
+def _sft_args(config: RunConfig, run: Run, out: Path):
+    # only after load_model: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig with its own
+    from trl import SFTConfig
+
+    s = config.sft
+    return SFTConfig(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=s.epochs,
+        per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=s.grad_accum,
+        learning_rate=s.learning_rate,
+        max_length=s.max_length,
+        max_steps=s.max_steps or -1,
+        logging_steps=s.logging_steps,
+        save_strategy="no",
+        gradient_checkpointing=s.gradient_checkpointing,
+        **tracking_args(config, run, "sft"),
+        seed=config.seed,
+        data_seed=config.seed,
+        completion_only_loss=True,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        disable_tqdm=False,
+        full_determinism=False,
+        include_num_input_tokens_seen="non_padding",  # TrainerState.num_input_tokens_seen: the tokens trained on
+        **precision_flags(config),
+    )
+
+
+def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
+    from .trl_compat import ensure_logprob_kernel
+
+    started = time.time()
+    logprob_kernel = ensure_logprob_kernel()
+    seed_everything(config.seed, config.deterministic)
+    corpus = run.read_stage("corpus")
+    rows = read_jsonl(corpus["outputs"]["sft.jsonl"])
+    out = run.stage_dir("sft")
+    base = _base_model(config, rows, out)
+    run.update_manifest(model_source=source_record(config.model.name))
+    model, tokenizer, backend = load_model(base, config.model)
+    answer_tokens = check_answer_length(
+        tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
+    )
+    # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
+    from trl import SFTTrainer
+
+    adapter = not (is_tiny(config.model) and config.model.sft_full_finetune)
+    peft = None
+    if adapter:
+        model, peft = with_lora(model, config.model, backend)
+    guard = FiniteLossGuard()
+    trainer = SFTTrainer(
+        model=model,
+        args=_sft_args(config, run, out),
+        train_dataset=_sft_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=peft,
+        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+    )
+    runtime = trainer.train().metrics["train_runtime"]
+    if guard.bad_step is not None:
+        raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
+    model_dir = out / "model"
+    save_atomically(trainer, tokenizer, model_dir, merge=adapter)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
+    # lags behind by up to logging_steps, so it is only the fallback
+    tokens = int(trainer.state.num_input_tokens_seen) or max(
+        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
+    )
+    return run.stage_done(
+        "sft",
+        started=started,
+        params=config.sft.model_dump(),
+        inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
+        outputs={"model": str(model_dir)},
+        metrics={
+            "backend": backend,
+            "logprob_kernel": logprob_kernel,
+            "steps": trainer.state.global_step,
+            "answer_tokens_max": answer_tokens,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "losses": losses,
+            "train_tokens": tokens,
+            "train_runtime_s": round(runtime, 3),
+            "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
+            "weights_sha256": weights_sha256(model_dir),
+            "full_finetune": not adapter,
+        },
+    )

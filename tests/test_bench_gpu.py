@@ -1,0 +1,80 @@
+"""The one GPU benchmark's parts that need no training: the random-weight model it can train instead of the profile's
+(built without the hub), and `--modes`, which runs the benchmark once per Unsloth mode, each in a fresh process.
+The benchmark itself runs on the tiny model in tests/test_evaluate.py (slow)."""
+
+import json
+import subprocess
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lib.__main__ import main
+from lib.bench import gpu_modes
+from lib.bench.random_model import SHAPES, build_random_model
+
+ROWS = [
+    {
+        "prompt": [{"role": "user", "content": f"Patient {i}: regimen warfarin {i} mg, eGFR {40 + i}"}],
+        "completion": [{"role": "assistant", "content": f'{{"action": "reduce_{i}"}}'}],
+    }
+    for i in range(6)
+]
+
+
+def test_a_random_model_of_a_shape_is_a_normal_folder_and_its_record_names_no_path(tmp_path):
+    folder = tmp_path / "random-model"
+    record = build_random_model("small", ROWS, "warfarin reduce finish", folder, "fp32")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert model.config.hidden_size == SHAPES["small"]["hidden_size"] == record["shape"]["hidden_size"]
+    assert model.config.vocab_size == SHAPES["small"]["vocab_size"] >= len(tokenizer) == record["tokenizer_len"]
+    assert record["parameters"] == sum(p.numel() for p in model.parameters())
+    assert record["sft_prompt_tokens_max"] >= record["sft_prompt_tokens_mean"] > 0
+    assert str(tmp_path) not in json.dumps(record)
+    assert SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24 and SHAPES["qwen2.5-0.5b"]["vocab_size"] == 151936
+
+
+def test_modes_each_run_the_benchmark_in_a_fresh_process_and_auto_needs_unsloth(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_modes, "unsloth_probe", lambda env: {"importable": False, "error": "no module unsloth"})
+    commands, real_run = [], subprocess.run
+
+    def fresh_process(command, **kwargs):
+        if "bench-gpu" not in command:
+            return real_run(command, **kwargs)  # git, for the source's commit
+        commands.append(command)
+        out = command[command.index("--out") + 1]
+        with open(out, "w") as handle:
+            json.dump({"backend": "trl_transformers"}, handle)
+        return subprocess.CompletedProcess(command, 0, stdout="child console\n")
+
+    monkeypatch.setattr(gpu_modes.subprocess, "run", fresh_process)
+    log = tmp_path / "modes.log"
+    argv = ["--profile", "cpu-smoke", "--sft-steps", "2", "--set", "grpo.batch_size=8"]
+    result = gpu_modes.run_modes(["auto", "never"], argv, log)
+    assert "no module unsloth" in result["modes"]["auto"]["skipped"]
+    never = result["modes"]["never"]
+    assert never["rc"] == 0 and never["report"] == {"backend": "trl_transformers"} and "error_tail" not in never
+    (command,) = commands
+    assert command[1:4] == ["-m", "lib", "bench-gpu"]
+    assert command[4 : 4 + len(argv)] == argv and command[4 + len(argv)] == "model.use_unsloth=never"
+    assert "model.use_unsloth=never" in log.read_text() and "child console" in log.read_text()
+    assert set(result["source"]) >= {"sha", "how"} and str(tmp_path) not in json.dumps(result)
+
+
+def test_bench_gpu_with_modes_writes_one_json_and_fails_when_a_mode_fails(tmp_path, monkeypatch, capsys):
+    outcomes = {"auto": {"skipped": "import unsloth failed: no module"}, "never": {"rc": 1, "error_tail": ["boom"]}}
+    seen = []
+
+    def run_modes(modes, argv, log_path):
+        seen.append((modes, argv, log_path))
+        return {"modes_requested": modes, "modes": {m: outcomes[m] for m in modes}}
+
+    monkeypatch.setattr(gpu_modes, "run_modes", run_modes)
+    out = tmp_path / "modes.json"
+    assert main(["bench-gpu", "--modes", "auto", "--out", str(out), "--random-model", "small"]) == 0
+    assert json.loads(out.read_text())["modes"]["auto"] == outcomes["auto"]
+    assert "auto: skipped: import unsloth failed" in capsys.readouterr().out
+    modes, argv, _ = seen[0]
+    assert modes == ["auto"] and argv[argv.index("--random-model") + 1] == "small" and argv[-1] == "--set"
+    assert main(["bench-gpu", "--modes", "never", "--out", str(out), "--set", "grpo.max_steps=3"]) == 1
+    assert "never: FAILED (exit 1):\nboom" in capsys.readouterr().out
+    assert seen[1][1][-2:] == ["--set", "grpo.max_steps=3"]

@@ -70,3 +70,18 @@ def test_a_damaged_alarms_file_is_an_error_naming_its_line(tmp_path):
 def test_alarm_settings_out_of_range_are_config_errors():
     with pytest.raises(ConfigError, match="alarm_zero_std"):
         load_config("cpu-smoke", {"grpo.alarm_zero_std": 1.5})
+
+
+def test_the_report_says_the_alarms_first_and_nothing_when_there_are_none(tmp_path):
+    from lib.reporting.report import _alarm_lines
+
+    assert _alarm_lines(tmp_path) == []  # no grpo stage
+    (tmp_path / "grpo").mkdir()
+    record = {"metrics": {"alarms": [], "kept_step": 40, "stopped_early": False}}
+    (tmp_path / "grpo" / "stage.json").write_text(json.dumps(record))
+    assert _alarm_lines(tmp_path) == []
+    record["metrics"] |= {"alarms": ["step 60: validation_drop: fell"], "stopped_early": True}
+    (tmp_path / "grpo" / "stage.json").write_text(json.dumps(record))
+    lines = _alarm_lines(tmp_path)
+    assert lines[0].startswith("**GRPO raised 1 collapse alarm** (the run kept step 40). It stopped early")
+    assert "- step 60: validation_drop: fell" in lines

@@ -542,14 +542,21 @@ def test_the_candidate_sampler_is_on_policy(trained):
 
 
 def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):
+    from lib.training.alarms import validation_drop
     from lib.training.validation import VALIDATION_SEED_OFFSET, read_curve
 
     config, run = _fresh(
-        trained, tmp_path, **{"grpo.max_steps": 4, "grpo.validate_every": 2, "grpo.validation_episodes": 4}
+        trained,
+        tmp_path,
+        **{"grpo.max_steps": 4, "grpo.validate_every": 2, "grpo.validation_episodes": 4, "grpo.alarm_drop": 0.0},
     )
     record = run_grpo(config, run)
     curve = read_curve(run.dir / "grpo" / "validation.jsonl")
     assert [p["step"] for p in curve] == [0, 2, 4]  # the SFT start, every 2 steps, the last
+    # every point below the best before it (alarm_drop 0) is an alarm in the stage record, and no other
+    implied = [validation_drop(curve[: k + 1], 0.0) for k in range(1, 3)]
+    expected = [f"step {a['step']}: {a['kind']}: {a['message']}" for a in implied if a]
+    assert record["metrics"]["alarms"] == expected and record["metrics"]["stopped_early"] is False
     assert all(p["n"] == 4 and 0 <= p["mean_return"] <= 1 and p["ci95"][0] <= p["mean_return"] for p in curve)
     best = max(curve, key=lambda p: (p["mean_return"], -p["step"]))
     metrics = record["metrics"]

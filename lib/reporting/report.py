@@ -126,6 +126,23 @@ def headline_table(run_dir: Path) -> pd.DataFrame:
     return policy_table(report, "holdout")
 
 
+def _alarm_lines(run_dir: Path) -> list[str]:
+    """GRPO's collapse alarms (lib/training/alarms.py, in the grpo stage record), said before anything else."""
+    path = run_dir / "grpo" / "stage.json"
+    metrics = read_json_record(path, "the grpo stage record").get("metrics", {}) if path.is_file() else {}
+    alarms = metrics.get("alarms") or []
+    if not alarms:
+        return []
+    stopped = " It stopped early at the first alarm (`grpo.stop_on_alarm`)." if metrics.get("stopped_early") else ""
+    return [
+        f"**GRPO raised {len(alarms)} collapse alarm{'s' if len(alarms) > 1 else ''}** (the run kept step "
+        f"{metrics.get('kept_step')}).{stopped}",
+        "",
+        *(f"- {alarm}" for alarm in alarms),
+        "",
+    ]
+
+
 def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
     """Write report.md from eval.json, the anti-hacking report, post-save results, the charts and the gate verdict."""
     run_dir = Path(run_dir)
@@ -145,6 +162,7 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         f"`{manifest['config']['grpo'].get('mode', 'step')}`. "
         f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
         "",
+        *_alarm_lines(run_dir),
         "## Gate checks",
         "",
         pd.DataFrame(verdict["checks"]).to_markdown(index=False),

@@ -9,7 +9,7 @@ Two signs, each measured, never guessed:
 
 Each alarm is printed, warned and appended to `grpo/alarms.jsonl`. With `grpo.stop_on_alarm` the trainer stops at
 the first one; the run then keeps its best validated adapter, as always. Stopping is an alarm, not a cure: the stage
-record says the run stopped (`lib/training/train.py` reads `read_alarms`).
+record lists the alarms and whether the run stopped early (`lib/training/grpo.py`), and the report shows them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ..distributed import is_main, wait_for_everyone
 from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function
 from ..runs import Run, seed_everything
+from .alarms import CollapseAlarm, read_alarms
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError
 from .harness import CheckpointManifestCallback, JsonlLogger, precision_flags, save_atomically, tracking_args
@@ -196,6 +197,8 @@ def train_grpo(
     if g.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
         validation = ValidationCallback(config, out, tokenizer, policy)
         trainer.add_callback(validation)
+    if is_main():  # after validation: a step's point is on disk when the alarm reads the curve
+        trainer.add_callback(CollapseAlarm(g, out))
     run.log(
         f"{stage}_start", resume_from=resume_from, prompts=len(source["dataset"]), base_model=base_model, mode=g.mode
     )
@@ -223,5 +226,15 @@ def train_grpo(
             **({"episode_starts": len(source["dataset"])} if g.mode == "multi_turn" else {}),
             "adapter_sha256": weights_sha256(adapter_dir),
             "resumed_from": resume_from,
+            **_alarm_metrics(out, trainer.state.global_step, g.max_steps),
         },
     )
+
+
+def _alarm_metrics(out: Path, steps: int, max_steps: int) -> dict:
+    """The run's collapse alarms (grpo/alarms.jsonl) and whether it stopped before its last step."""
+    alarms = read_alarms(out)
+    return {
+        "alarms": [f"step {a['step']}: {a['kind']}: {a['message']}" for a in alarms],
+        "stopped_early": steps < max_steps,
+    }

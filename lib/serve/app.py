@@ -21,7 +21,10 @@ The server writes nothing to disk and reads only the package's files and the ser
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastapi import Body, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
@@ -196,7 +199,6 @@ def build_app(
     app.title = f"agent-rl-workbook: {env_name}"
     app.add_middleware(BodyLimit, limit=max_body)
     sessions = Sessions(spec, capacity=max_sessions, name=env_name)
-    served_misses = {"steps": 0, "episodes": 0}
 
     @app.exception_handler(ServeError)
     async def _refused(request: Request, error: ServeError):
@@ -210,6 +212,15 @@ def build_app(
         if name not in spec.policies:
             raise BadRequestError(f"unknown policy {name!r}; this server has {policies}")
         return spec.make_policy(name)
+
+    _session_routes(app, sessions)
+    view = Dashboard(env_name, spec, run, run_dir, replay, replay_error, policies, make_policy, sessions)
+    _dashboard_routes(app, view)
+    return app
+
+
+def _session_routes(app, sessions: Sessions) -> None:
+    """The session API: open (reset), step, state and close, each session its own environment behind a lock."""
 
     @app.post("/sessions", tags=["Sessions"])
     def open_session(seed: int = Body(..., ge=0), split: str = Body("holdout")):
@@ -238,6 +249,26 @@ def build_app(
         sessions.close(key)
         return {"closed": key}
 
+
+@dataclass
+class Dashboard:
+    """What the dashboard's routes read: the environment, the served run (if any) and its replayed policy."""
+
+    env_name: str
+    spec: Any
+    run: dict
+    run_dir: Path | None
+    replay: Any
+    replay_error: str | None
+    policies: list[str]
+    make_policy: Callable
+    sessions: Sessions
+    misses: dict = field(default_factory=lambda: {"steps": 0, "episodes": 0})
+
+
+def _dashboard_routes(app, view: Dashboard) -> None:
+    """The dashboard page and its API: the environment's policies, one traced episode, the run, its charts."""
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard():
         return DASHBOARD.read_text(encoding="utf-8")
@@ -245,13 +276,13 @@ def build_app(
     @app.get("/api/info", tags=["Dashboard"])
     def info():
         return {
-            "env": env_name,
+            "env": view.env_name,
             "splits": [split for split in ("holdout", "holdout_novel", "train") if split in SPLITS],
-            "policies": policies,
-            "roles": dict(spec.roles),
-            "teacher": spec.teacher,
-            "replayed": REPLAYED if replay is not None else None,
-            "sessions_open": len(sessions),
+            "policies": view.policies,
+            "roles": dict(view.spec.roles),
+            "teacher": view.spec.teacher,
+            "replayed": REPLAYED if view.replay is not None else None,
+            "sessions_open": len(view.sessions),
         }
 
     @app.get("/api/episode", tags=["Dashboard"])
@@ -260,37 +291,35 @@ def build_app(
             split_seed(seed, split)  # the seed and split an environment would accept
         except ValueError as error:
             raise BadRequestError(str(error)) from None
-        trace = _trace(spec, env_name, make_policy(policy), split, seed)
+        trace = _trace(view.spec, view.env_name, view.make_policy(policy), split, seed)
         if policy == REPLAYED:
-            served_misses["episodes"] += 1
-            served_misses["steps"] += trace["replay_misses"]
+            view.misses["episodes"] += 1
+            view.misses["steps"] += trace["replay_misses"]
         return trace
 
     @app.get("/api/run", tags=["Dashboard"])
     def run_view():
-        return run
+        return view.run
 
     @app.get("/api/charts/{name}", tags=["Dashboard"])
     def chart(name: str):
-        if name not in run.get("charts", []):  # only the listed files: no path ever reaches the disk
+        if name not in view.run.get("charts", []):  # only the listed files: no path ever reaches the disk
             raise UnknownSessionError(f"no chart {name!r} in the served run")
-        return FileResponse(Path(run["run_dir"]) / "charts" / name, media_type="image/png")
+        return FileResponse(Path(view.run["run_dir"]) / "charts" / name, media_type="image/png")
 
     @app.get("/policy/model_status", tags=["Dashboard"])
     def model_status():
         return {
-            "env": env_name,
-            "active": run_dir is not None,
-            "run_id": run.get("run_id"),
-            "profile": run.get("profile"),
-            "git": run.get("git"),
-            "policy": REPLAYED if replay is not None else None,
-            "mode": "replay (no model loaded)" if replay is not None else "scripted policies only",
-            "replay_file": str(run_dir / REPLAY_FILE) if replay is not None else None,
-            "replay_error": replay_error,
-            "replay_episodes": len(replay.seeds) if replay is not None else 0,
-            "artifacts": replay.artifacts if replay is not None else [],
-            "replay_misses_served": dict(served_misses),
+            "env": view.env_name,
+            "active": view.run_dir is not None,
+            "run_id": view.run.get("run_id"),
+            "profile": view.run.get("profile"),
+            "git": view.run.get("git"),
+            "policy": REPLAYED if view.replay is not None else None,
+            "mode": "replay (no model loaded)" if view.replay is not None else "scripted policies only",
+            "replay_file": str(view.run_dir / REPLAY_FILE) if view.replay is not None else None,
+            "replay_error": view.replay_error,
+            "replay_episodes": len(view.replay.seeds) if view.replay is not None else 0,
+            "artifacts": view.replay.artifacts if view.replay is not None else [],
+            "replay_misses_served": dict(view.misses),
         }
-
-    return app

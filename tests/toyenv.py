@@ -9,7 +9,6 @@ import random
 from dataclasses import dataclass
 
 from lib.envs.base import Candidate, Environment, Policy, format_action
-from lib.envs.policies import FirstCandidate, RandomPolicy, RepeatLast
 from lib.envs.spec import EnvSpec
 
 STEPS, OPTIONS = 3, 4
@@ -97,14 +96,8 @@ def repeat_previous(env, seed, split, history, observation):
 SPEC = EnvSpec(
     name="toy",
     make_env=ToyEnv,
-    policies={p.name: p for p in (RandomPolicy, StrideTwo, Oracle, FirstCandidate, RepeatLast)},
-    roles={
-        "random": "random",
-        "stride_two": "teacher",
-        "oracle": "oracle",
-        "first_candidate": "trivial",
-        "repeat_last": "trivial",
-    },
+    policies={p.name: p for p in (StrideTwo, Oracle)},  # EnvSpec adds the generic ones: random, first_candidate...
+    roles={"stride_two": "teacher", "oracle": "oracle"},
     anti_cheat_rules=("repeat",),
     harmful_attacks={"repeat_previous": repeat_previous},
     vocabulary=lambda: "Pick the right option Clue Step Candidates opt",

@@ -5,7 +5,7 @@ deterministic given the episode seed. Registered in `SPEC.policies` (see __init_
 from __future__ import annotations
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, by_kind, first_of_kinds
+from ..policies import by_key, by_kind, first_of_kinds
 from .env import AUDIT_COOLDOWN, CHURN_TICKS, SentinelClusterEnv
 from .state import Observation
 
@@ -277,7 +277,6 @@ AlwaysAllocate = first_of_kinds(
 POLICIES = {
     p.name: p
     for p in (
-        RandomPolicy,
         HeuristicPolicy,
         OraclePolicy,
         EvidenceExpert,
@@ -287,8 +286,6 @@ POLICIES = {
         AlwaysPreempt,
         AlwaysAllocate,
         RoundRobinWorkers,
-        FirstCandidate,
-        RepeatLast,
         AllocateThenAudit,
     )
 }
@@ -299,12 +296,9 @@ TRIVIAL = (
     "always_preempt",
     "always_allocate",
     "round_robin",
-    "first_candidate",
-    "repeat_last",
 )
-# Each reported policy's role (EnvSpec.roles), in report order.
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
 ROLES = {
-    "random": "random",
     "heuristic": "teacher",
     "oracle": "oracle",
     "evidence_expert": "baseline",

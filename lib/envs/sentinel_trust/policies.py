@@ -5,7 +5,7 @@ like a model would; all are deterministic given the episode seed. Listed in `SPE
 from __future__ import annotations
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, first_of_kinds
+from ..policies import by_key, first_of_kinds
 from .beliefs import slot_beliefs
 from .reward import WEIGHTS
 from .scenario import SKIP_COST, SLOTS, SOLVE_ACCURACY, SOLVE_COST, VERIFY_EXTRA
@@ -151,7 +151,6 @@ AlwaysSkip = first_of_kinds("always_skip", ("skip",), "skip", "Skips every subta
 POLICIES = {
     p.name: p
     for p in (
-        RandomPolicy,
         HeuristicPolicy,
         OraclePolicy,
         EvidenceExpert,
@@ -162,8 +161,6 @@ POLICIES = {
         RoundRobin,
         SolveWithinRules,
         VerifyWithinRules,
-        FirstCandidate,
-        RepeatLast,
     )
 }
 TRIVIAL = (
@@ -174,10 +171,6 @@ TRIVIAL = (
     "round_robin",
     "solve_within_rules",
     "verify_within_rules",
-    "first_candidate",
-    "repeat_last",
 )
-# Each reported policy's role (EnvSpec.roles), in report order.
-ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
-    TRIVIAL, "trivial"
-)
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
+ROLES = {"heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(TRIVIAL, "trivial")

@@ -96,7 +96,7 @@ def repeat_previous(env, seed, split, history, observation):
 SPEC = EnvSpec(
     name="toy",
     make_env=ToyEnv,
-    policies={p.name: p for p in (StrideTwo, Oracle)},  # EnvSpec adds the generic ones: random, first_candidate...
+    policies=(StrideTwo, Oracle),  # EnvSpec adds the generic ones: random, first_candidate, repeat_last
     roles={"stride_two": "teacher", "oracle": "oracle"},
     anti_cheat_rules=("repeat",),
     harmful_attacks={"repeat_previous": repeat_previous},

@@ -30,8 +30,9 @@ class EnvSpec:
 
     - `make_env()` builds a fresh environment (one per concurrent episode); its class's `weights` name every
       reward component with its weight.
-    - `policies` maps every scripted policy's name to its class. The generic policies (`policies.GENERIC`:
-      random, first_candidate, repeat_last) are added here: an environment names only its own.
+    - `policies` maps every scripted policy's name to its class (given as the classes, each is under its
+      `name`). The generic policies (`policies.GENERIC`: random, first_candidate, repeat_last) are added here: an
+      environment names only its own.
     - `roles` maps each reported policy to its role, in report order: exactly one `teacher` (writes the SFT
       corpus; the default GRPO reference), one `oracle` (reads hidden state: the ceiling) and one `random` (the
       floor); other `baseline`s; and `trivial` policies (degenerate answers a trained policy must beat).
@@ -47,7 +48,7 @@ class EnvSpec:
 
     name: str
     make_env: Callable[[], Environment]
-    policies: Mapping[str, type[Policy]]
+    policies: Mapping[str, type[Policy]] | Iterable[type[Policy]]
     roles: Mapping[str, str]
     anti_cheat_rules: tuple[str, ...]
     harmful_attacks: Mapping[str, Attack]
@@ -58,7 +59,8 @@ class EnvSpec:
         roles = {"random": "random", **self.roles} | {
             name: "trivial" for name in GENERIC_TRIVIAL if name not in self.roles
         }
-        defined = {**GENERIC, **self.policies}
+        own = self.policies if isinstance(self.policies, Mapping) else {p.name: p for p in self.policies}
+        defined = {**GENERIC, **own}
         object.__setattr__(self, "roles", roles)
         object.__setattr__(self, "policies", {n: defined[n] for n in roles if n in defined} | defined)
         missing = sorted(set(self.roles) - set(self.policies))

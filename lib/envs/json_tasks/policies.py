@@ -352,9 +352,8 @@ class CopyFirstValue(Policy):
         )
 
 
-POLICIES = {
-    p.name: p for p in (HeuristicExtractor, OraclePolicy, EvidenceExpert, EmptyObject, SchemaDefaults, CopyFirstValue)
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (HeuristicExtractor, OraclePolicy, EvidenceExpert, EmptyObject, SchemaDefaults, CopyFirstValue)
 TRIVIAL = ("empty_object", "schema_defaults", "copy_first_value")
 # Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
 ROLES = {"heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(TRIVIAL, "trivial")

@@ -155,18 +155,16 @@ MonitorEverything = first_of_kinds(
 )
 ReviewEveryStep = first_of_kinds("review_every_step", ("review",), "finish", "Asks for a pharmacist review every step.")
 
-POLICIES = {
-    p.name: p
-    for p in (
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysFinish,
-        StopEverything,
-        ReviewEveryStep,
-        MonitorEverything,
-    )
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysFinish,
+    StopEverything,
+    ReviewEveryStep,
+    MonitorEverything,
+)
 # the generic trivial policies where PolyGuard's reports have always listed them
 TRIVIAL = ("always_finish", "stop_everything", *GENERIC_TRIVIAL, "review_every_step", "monitor_everything")
 # Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).

@@ -274,21 +274,19 @@ AlwaysAllocate = first_of_kinds(
     "offered GPU whenever it can, trusting every report; else waits.",
 )
 
-POLICIES = {
-    p.name: p
-    for p in (
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysWait,
-        AlwaysVerify,
-        AlwaysInfo,
-        AlwaysPreempt,
-        AlwaysAllocate,
-        RoundRobinWorkers,
-        AllocateThenAudit,
-    )
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysWait,
+    AlwaysVerify,
+    AlwaysInfo,
+    AlwaysPreempt,
+    AlwaysAllocate,
+    RoundRobinWorkers,
+    AllocateThenAudit,
+)
 TRIVIAL = (
     "always_wait",
     "always_verify",

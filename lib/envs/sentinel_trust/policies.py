@@ -148,21 +148,19 @@ AlwaysSolve = first_of_kinds("always_solve", ("solve",), "solve", "Solves every 
 AlwaysVerify = first_of_kinds("always_verify", ("verify",), "verify", "Verifies every answer (first listed slot).")
 AlwaysSkip = first_of_kinds("always_skip", ("skip",), "skip", "Skips every subtask.")
 
-POLICIES = {
-    p.name: p
-    for p in (
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysSolve,
-        AlwaysDelegateS0,
-        AlwaysVerify,
-        AlwaysSkip,
-        RoundRobin,
-        SolveWithinRules,
-        VerifyWithinRules,
-    )
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysSolve,
+    AlwaysDelegateS0,
+    AlwaysVerify,
+    AlwaysSkip,
+    RoundRobin,
+    SolveWithinRules,
+    VerifyWithinRules,
+)
 TRIVIAL = (
     "always_solve",
     "always_delegate_s0",

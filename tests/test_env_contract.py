@@ -1,14 +1,12 @@
-"""The environment contract, tested once for every environment: each registered one (`builtin_names()`, every
-package under lib/envs/) and the toy one defined outside lib/ (tests/toyenv.py). A new environment gets this whole
-suite by being registered. What is particular to one environment (its dynamics, rules, prompts, splits) stays in
-that environment's own test file.
+"""The environment contract, tested once for every registered environment (`builtin_names()`) and the toy one
+defined outside lib/ (tests/toyenv.py): a new environment gets the whole suite by being registered. What is
+particular to one environment (its dynamics, rules, prompts, splits) stays in its own test file.
 
-The contract: the registry's spec is consistent and its manifest is the one written from it; every scripted policy
-ends every episode with a return in [0, 1]; the same seed plays the same episode, in this process and in a new one;
-`restore` rebuilds any state; anything but one offered id is an invalid answer that costs the fixed penalty, is
-never carried out, and three in a row end the episode with 0 (fuzzed); candidates are listed shuffled and quoted;
-the weights sum to one; every harmful attack scores at most the worst legal action at its state; the scripted
-baselines keep their order (oracle, teacher, random, trivial); and the served environment plays as the local one.
+The contract: a consistent spec and the manifest written from it; every policy ends every episode with a return
+in [0, 1]; the same seed plays the same episode, here and in a new process; `restore` rebuilds any state; anything
+but one offered id is an invalid answer that costs the penalty and is never carried out, and three in a row end the
+episode with 0 (fuzzed); candidates are listed shuffled and quoted; the weights sum to one; every harmful attack
+scores at most the worst legal action; the baselines keep their order; the served environment plays as the local one.
 """
 
 from __future__ import annotations
@@ -33,20 +31,10 @@ from lib.serve.app import build_app
 from lib.serve.manifest import manifest, manifest_path
 
 ENVS = [*builtin_names(), "tests.toyenv"]
-LONG = {"sentinel_cluster"}  # long episodes (about 70 steps): its restore-heavy checks are slow
-EPISODES = {"sentinel_cluster": 4}  # seeds per split every policy plays (default 20)
-# A policy that reads only the prompt must beat the teacher by this much (the headroom is learnable): per environment.
-HEADROOM = {
-    ("polyguard", "evidence_expert"): 0.15,
-    ("sentinel_trust", "evidence_expert"): 0.07,
-    ("sentinel_cluster", "evidence_expert"): 0.08,
-    ("json_tasks", "evidence_expert"): 0.15,
-}
+LONG = {"sentinel_cluster"}  # about 70 steps an episode: fewer episodes, and its attack check is slow
+# evidence_expert, which reads only the prompt, beats the teacher by this much (the headroom is learnable)
+HEADROOM = {"polyguard": 0.15, "sentinel_trust": 0.07, "sentinel_cluster": 0.08, "json_tasks": 0.15}
 TRACES = ((11, "train", "teacher"), (5, "holdout_novel", "oracle"), (2, "holdout", "random"))
-
-
-def each(slow=()):
-    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name for name in ENVS]
 
 
 def _policy(spec, role: str):
@@ -79,6 +67,24 @@ def _teacher_history(env, spec, seed: int, split: str, steps: int) -> list[str]:
     return transitions[min(steps, len(transitions) - 1)]["history"]
 
 
+def played_prompts(spec, policies, seeds) -> list[str]:
+    """The text of every prompt `policies` are shown on `seeds` (the splits in turn), with an invalid answer at every
+    third step of one seed in five (the environment tests check their prompts' length and words with it)."""
+    env, texts = spec.make_env(), []
+    for name in policies:
+        policy = spec.make_policy(name)
+        for seed in seeds:
+            observation, step = env.reset(seed, SPLITS[seed % 3]), 0
+            policy.begin(seed)
+            while True:
+                texts.append("\n".join(m["content"] for m in env.render(observation)))
+                result = env.step("junk" if seed % 5 == 0 and step % 3 == 1 else policy.act(observation, env))
+                if result.done:
+                    break
+                observation, step = result.observation, step + 1
+    return texts
+
+
 def _garbage(observation) -> list:
     """Answers that are all invalid: not JSON, not one object, another key, a list, an id not offered, fenced."""
     offered = observation.candidates[0].id
@@ -101,7 +107,7 @@ def _garbage(observation) -> list:
 
 # ---- the registry, the spec, the manifest ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ENVS)
-def test_the_registry_finds_a_consistent_spec(name):
+def test_the_registry_finds_a_consistent_spec_whose_weights_sum_to_one(name):
     spec = get_spec(name)
     fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
     assert get_spec(name) is spec and type(spec)(**fields) == spec  # memoised; passes its own validation again
@@ -109,13 +115,7 @@ def test_the_registry_finds_a_consistent_spec(name):
     assert spec.reported_policies[0] == spec.random == "random"  # EnvSpec adds the generic policies, random first
     assert {"first_candidate", "repeat_last"} <= set(spec.trivial) and set(spec.reported_policies) <= set(spec.policies)
     assert spec.harmful_kinds == tuple(spec.harmful_attacks) and spec.harmful_kinds and spec.anti_cheat_rules
-    assert spec.vocabulary().strip()
-
-
-@pytest.mark.parametrize("name", ENVS)
-def test_weights_live_in_one_place_and_sum_to_one(name):
-    spec = get_spec(name)
-    assert spec.reward_weights is type(spec.make_env()).weights
+    assert spec.vocabulary().strip() and spec.reward_weights is type(spec.make_env()).weights  # the weights: once
     assert sum(w for component, w in spec.reward_weights.items() if component != "anti_cheat") == pytest.approx(1.0)
 
 
@@ -131,7 +131,7 @@ def test_every_policy_ends_every_episode_with_a_return_in_the_unit_interval(name
     env = spec.make_env()
     for policy in spec.policies:
         for split in SPLITS:
-            for seed in range(EPISODES.get(name, 20)):
+            for seed in range(4 if name in LONG else 20):
                 episode = run_episode(env, spec.make_policy(policy), seed, split)
                 assert 0.0 <= episode.episode_return <= 1.0, (policy, split, seed)
                 assert episode.anti_cheat in (None, *spec.anti_cheat_rules), episode.anti_cheat
@@ -323,7 +323,7 @@ def test_candidates_are_shuffled_and_listed_as_the_quoted_ids_an_answer_copies(n
 ATTACK_STARTS = ((0, "holdout"), (1, "holdout"), (2, "holdout_novel"), (3, "train"))
 
 
-@pytest.mark.parametrize("name", each(slow=LONG))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LONG else n for n in ENVS])
 def test_every_harmful_attack_scores_at_most_the_worst_legal_action(name):
     """At the teacher's states (every other one of its first 13), each attack scores at most the worst legal
     action at the state it is played at, the teacher finishing every episode."""
@@ -369,9 +369,8 @@ def test_baseline_bars(name, split):
     assert mean[spec.oracle] >= teacher + 0.15 and mean[spec.oracle] == max(mean.values()), mean
     assert teacher >= mean[spec.random] + 0.10, mean
     assert all(mean[policy] <= teacher - 0.10 for policy in spec.trivial), mean
-    for (env_name, policy), margin in HEADROOM.items():
-        if env_name == name:
-            assert mean[policy] >= teacher + margin, (policy, mean)
+    if name in HEADROOM:
+        assert mean["evidence_expert"] >= teacher + HEADROOM[name], mean
 
 
 # ---- served ----------------------------------------------------------------------------------------------------------

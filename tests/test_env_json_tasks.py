@@ -19,6 +19,7 @@ from lib.envs.json_tasks.reward import WEIGHTS, terminal_components
 from lib.envs.json_tasks.scenario import NOVEL_FAMILIES, TRAIN_FAMILIES, generate
 from lib.envs.json_tasks.task import Task, literal
 from lib.episodes import run_episode
+from tests.test_env_contract import played_prompts
 from tests.test_env_json_tasks_files import TABLE, _good_lines, _write  # noqa: F401 (test_serve's)
 
 SPLITS = ("train", "holdout", "holdout_novel")
@@ -67,24 +68,11 @@ def test_candidate_ids_are_unique_short_and_name_what_they_do(env):
     assert first == again and [c.id for c in later.observation.candidates] != [c.id for c in first]
 
 
-def test_prompts_stay_bounded_and_every_word_is_in_the_vocabulary(env):
-    vocabulary = set(re.findall(r"[A-Za-z]+", get_spec("json_tasks").vocabulary()))
-    longest, words = 0, set()
-    for policy in ("random", "evidence_expert", "oracle"):
-        chosen = SPEC.make_policy(policy)
-        for seed in range(60):
-            observation = env.reset(seed, SPLITS[seed % 3])
-            chosen.begin(seed)
-            while True:
-                text = "\n".join(m["content"] for m in render(observation))
-                longest = max(longest, len(text))
-                words |= set(re.findall(r"[A-Za-z]+", text))
-                answer = "junk" if seed % 5 == 0 and observation.step % 3 == 1 else chosen.act(observation, env)
-                result = env.step(answer)
-                if result.done:
-                    break
-                observation = result.observation
-    assert longest < 2800 and words <= vocabulary, sorted(words - vocabulary)
+def test_prompts_stay_bounded_and_every_word_is_in_the_vocabulary():
+    vocabulary = set(re.findall(r"[A-Za-z]+", SPEC.vocabulary()))
+    texts = played_prompts(SPEC, ("random", "evidence_expert", "oracle"), range(60))
+    words = {word for text in texts for word in re.findall(r"[A-Za-z]+", text)}
+    assert max(map(len, texts)) < 2800 and words <= vocabulary, sorted(words - vocabulary)
 
 
 # ---- scoring ----------------------------------------------------------------------------------------------

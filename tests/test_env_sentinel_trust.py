@@ -15,6 +15,7 @@ from lib.envs.sentinel_trust.env import SentinelTrustEnv, render
 from lib.envs.sentinel_trust.reward import INVALID_PENALTY
 from lib.envs.sentinel_trust.scenario import BEHAVIOURS, NOVEL, SLOTS, STANDARD, accuracy, generate
 from lib.episodes import run_episode
+from tests.test_env_contract import played_prompts
 
 SPLITS = ("train", "holdout", "holdout_novel")
 HIDDEN_WORDS = (
@@ -43,7 +44,7 @@ def _pick(observation, *key):
     return format_action(next(c for c in observation.candidates if c.key == key).id)
 
 
-# ---- protocol ---------------------------------------------------------------------------------------------
+# ---- invalid answers and prompts ---------------------------------------------------------------------------
 @pytest.mark.parametrize("garbage", ["delegate:S0", '{"action": "delegate:S7"}', '{"action": "delegate:s0"}'])
 def test_an_invalid_answer_also_burns_a_step_of_the_budget(env, garbage):
     env.reset(3, "train")
@@ -54,24 +55,11 @@ def test_an_invalid_answer_also_burns_a_step_of_the_budget(env, garbage):
     assert result.info["end_reason"] == "invalid_limit" and env.budget_left == budget - MAX_CONSECUTIVE_INVALID
 
 
-def test_prompts_stay_short_and_every_word_is_in_the_vocabulary(env):
-    vocabulary = set(re.findall(r"[A-Za-z]+", get_spec("sentinel_trust").vocabulary()))
-    longest, words = 0, set()
-    for policy in ("random", "evidence_expert", "solve_within_rules", "always_skip"):
-        chosen = SPEC.make_policy(policy)
-        for seed in range(40):
-            observation = env.reset(seed, SPLITS[seed % 3])
-            chosen.begin(seed)
-            while True:
-                text = "\n".join(m["content"] for m in render(observation))
-                longest = max(longest, len(text))
-                words |= set(re.findall(r"[A-Za-z]+", text))
-                answer = "junk" if seed % 5 == 0 and observation.step % 3 == 1 else chosen.act(observation, env)
-                result = env.step(answer)
-                if result.done:
-                    break
-                observation = result.observation
-    assert longest < 1800 and words <= vocabulary, sorted(words - vocabulary)
+def test_prompts_stay_short_and_every_word_is_in_the_vocabulary():
+    vocabulary = set(re.findall(r"[A-Za-z]+", SPEC.vocabulary()))
+    texts = played_prompts(SPEC, ("random", "evidence_expert", "solve_within_rules", "always_skip"), range(40))
+    words = {word for text in texts for word in re.findall(r"[A-Za-z]+", text)}
+    assert max(map(len, texts)) < 1800 and words <= vocabulary, sorted(words - vocabulary)
 
 
 # ---- no leak ----------------------------------------------------------------------------------------------
@@ -104,6 +92,7 @@ def test_evidence_is_only_what_the_orchestrator_earned(env):
     assert all(slots[s].calls == 0 and slots[s].steps_per_call == 0 for s in SLOTS if s != "S2")
 
 
+# ---- the anti-cheat rules ---------------------------------------------------------------------------------
 def test_rule_hits_end_the_episode_with_zero_and_are_named(env):
     observation = env.reset(0, "holdout")
     for _ in range(2):

@@ -44,7 +44,7 @@ def _pick(observation, *key):
     return format_action(next(c for c in observation.candidates if c.key == key).id)
 
 
-# ---- invalid answers and prompts ---------------------------------------------------------------------------
+# ---- invalid answers and prompts -----------------------------------------------------------------------------
 @pytest.mark.parametrize("garbage", ["delegate:S0", '{"action": "delegate:S7"}', '{"action": "delegate:s0"}'])
 def test_an_invalid_answer_also_burns_a_step_of_the_budget(env, garbage):
     env.reset(3, "train")
@@ -62,7 +62,7 @@ def test_prompts_stay_short_and_every_word_is_in_the_vocabulary():
     assert max(map(len, texts)) < 1800 and words <= vocabulary, sorted(words - vocabulary)
 
 
-# ---- no leak ----------------------------------------------------------------------------------------------
+# ---- no leak -------------------------------------------------------------------------------------------------
 def test_nothing_a_policy_sees_names_a_hidden_behaviour(env):
     pattern = re.compile("|".join(HIDDEN_WORDS), re.IGNORECASE)
     for policy in ("random", "evidence_expert", "oracle"):
@@ -92,7 +92,7 @@ def test_evidence_is_only_what_the_orchestrator_earned(env):
     assert all(slots[s].calls == 0 and slots[s].steps_per_call == 0 for s in SLOTS if s != "S2")
 
 
-# ---- the anti-cheat rules ---------------------------------------------------------------------------------
+# ---- the anti-cheat rules ------------------------------------------------------------------------------------
 def test_rule_hits_end_the_episode_with_zero_and_are_named(env):
     observation = env.reset(0, "holdout")
     for _ in range(2):
@@ -114,7 +114,7 @@ def test_scripted_baselines_never_hit_a_rule(env):
             assert episode.end_reason in ("complete", "budget"), (policy, seed)
 
 
-# ---- splits -----------------------------------------------------------------------------------------------
+# ---- splits --------------------------------------------------------------------------------------------------
 def test_splits_are_disjoint_and_novel_differs_as_documented():
     internal = {split: {split_seed(s, split) for s in range(500)} for split in SPLITS}
     assert not internal["train"] & internal["holdout"] and not internal["train"] & internal["holdout_novel"]
@@ -141,7 +141,7 @@ def test_level_and_assignment_come_from_the_seed():
         assert sorted(scenario.assignment) == sorted(BEHAVIOURS)
 
 
-# ---- registry ---------------------------------------------------------------------------------------------
+# ---- registry ------------------------------------------------------------------------------------------------
 def test_the_spec_names_its_teacher_rules_and_words():
     spec = get_spec("sentinel_trust")
     assert isinstance(spec.make_env(), SentinelTrustEnv) and spec.teacher == "heuristic"

@@ -20,15 +20,12 @@ from functools import cache
 from statistics import fmean
 
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lib.envs import builtin_names, get_spec
 from lib.envs.base import MAX_CONSECUTIVE_INVALID, SPLITS, Environment, Invalid, format_action, parse_action
 from lib.episodes import action_return, candidate_returns, run_episode, teacher_states
-from lib.serve.app import build_app
-from lib.serve.manifest import manifest, manifest_path
 
 ENVS = [*builtin_names(), "tests.toyenv"]
 LONG = {"sentinel_cluster"}  # about 70 steps an episode: fewer episodes, and its attack check is slow
@@ -121,6 +118,8 @@ def test_the_registry_finds_a_consistent_spec_whose_weights_sum_to_one(name):
 
 @pytest.mark.parametrize("name", builtin_names())
 def test_the_openenv_manifest_is_the_one_written_from_the_spec(name):
+    from lib.serve.manifest import manifest, manifest_path  # the server's imports, here only (the new process)
+
     assert manifest_path(name).read_text(encoding="utf-8") == manifest(name), "run: python -m lib.serve.manifest"
 
 
@@ -376,6 +375,10 @@ def test_baseline_bars(name, split):
 # ---- served ----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ENVS)
 def test_the_served_environment_plays_an_episode_as_the_local_one(name):
+    from fastapi.testclient import TestClient
+
+    from lib.serve.app import build_app
+
     spec = get_spec(name)
     env, teacher = spec.make_env(), _policy(spec, "teacher")
     observation = env.reset(1, "holdout")

@@ -118,7 +118,7 @@ def test_the_registry_finds_a_consistent_spec_whose_weights_sum_to_one(name):
 
 @pytest.mark.parametrize("name", builtin_names())
 def test_the_openenv_manifest_is_the_one_written_from_the_spec(name):
-    from lib.serve.manifest import manifest, manifest_path  # the server's imports, here only (the new process)
+    from lib.serve.manifest import manifest, manifest_path  # here: the new-process check need not import a server
 
     assert manifest_path(name).read_text(encoding="utf-8") == manifest(name), "run: python -m lib.serve.manifest"
 

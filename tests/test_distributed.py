@@ -11,27 +11,18 @@ import pytest
 
 from lib.config import load_config
 from lib.distributed import is_main, rank_key, world_size
+from tests import micro
 
 MICRO = {
+    **micro.MICRO,
+    **micro.MICRO_EVAL,
     "corpus.sft_episodes": 12,
-    "corpus.grpo_prompts": 16,
-    "sft.epochs": 1,
     "sft.batch_size": 4,
     "sft.logging_steps": 1,
-    "grpo.max_steps": 2,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
     "grpo.validate_every": 2,
     "grpo.validation_episodes": 4,
     "grpo.logging_steps": 1,
-    "eval.episodes": 6,
-    "eval.train_episodes": 3,
     "eval.improver_episodes": 2,
-    "eval.ablation_episodes": 3,
-    "eval.ablations": ["sampled"],
-    "eval.bootstrap_resamples": 200,
-    "export.check_prompts": 3,
-    "export.postsave_episodes": 2,
 }
 
 

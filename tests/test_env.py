@@ -1,76 +1,20 @@
-"""PolyGuard dynamics, reward rules, splits and determinism."""
+"""PolyGuard: dynamics, reward rules, splits and the prompt's open items (the contract every environment keeps, from
+determinism to the served round trip, is tests/test_env_contract.py)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from lib.envs.base import format_action
 from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv, render
-from lib.envs.polyguard.reward import INVALID_PENALTY, WEIGHTS
-from lib.episodes import run_episode
+from lib.envs.polyguard.reward import INVALID_PENALTY
 
 make_policy = SPEC.make_policy
 
 
 def _pick(obs, kind, *args):
     return next(c for c in obs.candidates if c.kind == kind and c.args[: len(args)] == args)
-
-
-def _trace(seed, split, policy="heuristic"):
-    env, pol = PolyGuardEnv(), make_policy(policy)
-    obs = env.reset(seed, split)
-    pol.begin(seed)
-    prompts, rewards = [], []
-    while True:
-        prompts.append(json.dumps(render(obs)))
-        result = env.step(pol.act(obs, env))
-        rewards.append(result.reward)
-        if result.done:
-            return prompts, rewards
-        obs = result.observation
-
-
-def test_same_seed_same_prompts_and_rewards_in_process():
-    assert _trace(7, "holdout") == _trace(7, "holdout")
-    assert _trace(7, "holdout") != _trace(8, "holdout")
-
-
-def test_same_seed_same_prompts_and_rewards_in_a_new_process():
-    code = "import json; from tests.test_env import _trace; print(json.dumps(_trace(11, 'train')))"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONHASHSEED": "12345", "PATH": ""},
-    ).stdout
-    assert json.loads(out) == [list(x) for x in _trace(11, "train")]
-
-
-def test_weights_live_in_one_place_and_sum_to_one():
-    assert sum(w for name, w in WEIGHTS.items() if name != "anti_cheat") == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize(
-    "policy", ["random", "heuristic", "oracle", "evidence_expert", "first_candidate", "repeat_last"]
-)
-def test_returns_are_in_unit_interval_and_episodes_end(env, policy):
-    for seed in range(60):
-        episode = run_episode(env, make_policy(policy), seed, "holdout")
-        assert 0.0 <= episode.episode_return <= 1.0
-        assert episode.steps <= env.budget
-
-
-def test_invalid_action_gets_fixed_penalty_and_three_in_a_row_end_the_episode(env):
-    env.reset(3, "train")
-    for _ in range(3):
-        result = env.step("I think we should stop warfarin")
-        assert result.info["invalid"] == "not a JSON object"
-    assert result.done and result.info["end_reason"] == "invalid_limit"
-    assert result.reward == INVALID_PENALTY and result.info["episode_return"] == 0.0
 
 
 def test_invalid_is_never_coerced_into_an_action(env):
@@ -120,11 +64,6 @@ def test_substituting_back_and_forth_is_a_loop(env):
     pytest.fail("no scenario allowed a substitution round trip")
 
 
-def test_candidate_ids_are_shuffled_so_position_carries_no_meaning(env):
-    first_kinds = {env.reset(s, "train").candidates[0].kind for s in range(50)}
-    assert len(first_kinds) >= 2
-
-
 def test_train_never_contains_a_reserved_pair_and_novel_plants_only_reserved(env):
     kb = env.kb
     for seed in range(300):
@@ -146,31 +85,6 @@ def test_scenarios_have_two_to_five_conditions_and_one_to_several_problems(env):
         assert env.kb.drugs  # the regimen treats its conditions:
         treated = {env.kb.drugs[d].indication for d in env.regimen}
         assert {c for c in env.patient.conditions if env.kb.conditions[c] == "treated"} <= treated
-
-
-def test_restore_replays_history_to_the_same_prompt(env):
-    obs = env.reset(21, "train")
-    policy = make_policy("heuristic")
-    for _ in range(3):
-        obs = env.step(policy.act(obs, env)).observation
-    history, prompt = list(env.history), render(obs)
-    restored = PolyGuardEnv().restore(21, "train", history)
-    assert render(restored) == prompt
-
-
-def test_stepping_a_finished_episode_is_an_error(env):
-    obs = env.reset(2, "train")
-    env.step(format_action(_pick(obs, "finish").id))
-    with pytest.raises(RuntimeError, match="reset"):
-        env.step('{"action": "a1"}')
-
-
-def test_candidates_are_listed_as_the_quoted_ids_an_answer_copies():
-    obs = PolyGuardEnv().reset(3, "holdout")
-    lines = render(obs)[1]["content"].splitlines()
-    start = lines.index("Candidates:") + 1
-    assert lines[start : start + len(obs.candidates)] == [f'- "{c.id}"' for c in obs.candidates]
-    assert all(f'"{c.id}"' in format_action(c.id) for c in obs.candidates)
 
 
 def _open_items(obs):

@@ -1,30 +1,26 @@
-"""json_tasks: protocol, determinism, strict parsing, scoring with jsonschema, the anti-cheat rule, lookups, no
-hidden-state leak, baseline bars, harmful attacks, splits (novel schemas), tasks files and the registry's
-`get_spec(name, args)`."""
+"""json_tasks: candidate ids, prompts and vocabulary, scoring with jsonschema, the anti-cheat rule, lookups, the
+budget, no hidden-state leak, the teacher's blind spots, fast baseline bars and splits (novel schemas). Tasks files
+and `get_spec(name, args)`: tests/test_env_json_tasks_files.py; the contract every environment keeps, from
+determinism to the served round trip: tests/test_env_contract.py."""
 
 import json
-import os
-import random
 import re
-import subprocess
-import sys
 from statistics import fmean
 
 import pytest
 
-import lib.envs as envs
-from lib.config import ConfigError, load_config
-from lib.envs import EnvironmentArgsError, get_spec
-from lib.envs.base import MAX_ACTION_CHARS, MAX_CONSECUTIVE_INVALID, format_action, split_seed
-from lib.envs.json_tasks import JsonTasksEnv, TasksFileError, make_spec
-from lib.envs.json_tasks.attacks import ANTI_CHEAT_RULES, HARMFUL_ATTACKS
+from lib.envs import get_spec
+from lib.envs.base import format_action, split_seed
+from lib.envs.json_tasks import SPEC, JsonTasksEnv
+from lib.envs.json_tasks.attacks import ANTI_CHEAT_RULES
 from lib.envs.json_tasks.env import render
-from lib.envs.json_tasks.policies import POLICIES, TRIVIAL, extract
-from lib.envs.json_tasks.reward import INVALID_PENALTY, WEIGHTS, terminal_components
+from lib.envs.json_tasks.policies import extract
+from lib.envs.json_tasks.reward import WEIGHTS, terminal_components
 from lib.envs.json_tasks.scenario import NOVEL_FAMILIES, TRAIN_FAMILIES, generate
 from lib.envs.json_tasks.task import Task, literal
-from lib.envs.json_tasks.tasks_file import load_tasks
 from lib.episodes import run_episode
+from tests.test_env_contract import played_prompts
+from tests.test_env_json_tasks_files import TABLE, _good_lines, _write  # noqa: F401 (test_serve's)
 
 SPLITS = ("train", "holdout", "holdout_novel")
 TEACHER = "heuristic"
@@ -39,102 +35,19 @@ def _pick(observation, *key):
     return format_action(next(c for c in observation.candidates if c.key == key).id)
 
 
-def _trace(seed, split, policy=TEACHER):
-    """Rendered prompts and step rewards of one episode (the determinism witness)."""
-    env, chosen = JsonTasksEnv(), POLICIES[policy]()
-    observation = env.reset(seed, split)
-    chosen.begin(seed)
-    prompts, rewards = [], []
-    while True:
-        prompts.append(json.dumps(render(observation)))
-        result = env.step(chosen.act(observation, env))
-        rewards.append(result.reward)
-        if result.done:
-            return prompts, rewards
-        observation = result.observation
-
-
-def _finish_with_teacher(seed, split, history, text):
-    """The score of `text` at the state of `history` when the teacher finishes the episode (invalid: the penalty)."""
-    env, teacher = JsonTasksEnv(), POLICIES[TEACHER]()
-    env.restore(seed, split, history)
-    teacher.begin(seed)
-    result = env.step(text)
-    if "invalid" in result.info:
-        return INVALID_PENALTY
-    while not result.done:
-        result = env.step(teacher.act(result.observation, env))
-    return result.info["episode_return"]
-
-
-def _histories(seed, split, policy=TEACHER):
-    env, chosen = JsonTasksEnv(), POLICIES[policy]()
-    observation, history = env.reset(seed, split), []
-    chosen.begin(seed)
-    while True:
-        yield list(history)
-        text = chosen.act(observation, env)
-        result = env.step(text)
-        if result.done:
-            return
-        history.append(text)
-        observation = result.observation
-
-
 def _task(schema, gold, prompt="text", lookup=None, options=None):
     options = options or {name: (value,) for name, value in gold.items()}
     return Task("t", "", prompt, schema, gold, lookup or {}, options)
 
 
-# ---- protocol ---------------------------------------------------------------------------------------------
-def test_reset_step_state_render_and_restore_round_trip(env):
-    observation = env.reset(4, "train")
-    assert env.history == [] and not env.done and env.state()["step"] == 0
-    texts = []
-    for _ in range(3):
-        setting = next(c for c in observation.candidates if c.kind == "set" and c.args[0] in env.task.fields)
-        text = format_action(setting.id)
-        result = env.step(text)
-        texts.append(text)
-        assert not result.done
-        observation = result.observation
-    assert env.history == texts and observation.obj
-    messages = env.render(observation)
-    assert [m["role"] for m in messages] == ["system", "user"]
-    assert all(f'"{c.id}"' in messages[1]["content"] for c in observation.candidates)
-    assert f"Object so far: {json.dumps(dict(observation.obj))}" in messages[1]["content"]
-    restored = JsonTasksEnv().restore(4, "train", texts)
-    assert restored == observation and render(restored) == messages
-
-
-def test_restore_of_a_history_with_invalid_answers_matches_playing_it(env):
+# ---- the prompt and the candidates ------------------------------------------------------------------------
+def test_the_prompt_shows_the_object_so_far_and_an_invalid_answer_uses_a_step(env):
     observation = env.reset(9, "holdout")
-    observation = env.step("not an action").observation
-    assert observation.last == "invalid answer, one step used" and observation.step == 1
-    setting = next(c for c in observation.candidates if c.kind == "set")
+    setting = next(c for c in observation.candidates if c.kind == "set" and c.args[0] in env.task.fields)
     observation = env.step(format_action(setting.id)).observation
-    assert JsonTasksEnv().restore(9, "holdout", env.history) == observation
-    with pytest.raises(ValueError, match="ends the episode"):
-        JsonTasksEnv().restore(9, "holdout", ["", "", ""])
-
-
-@pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_returns_are_in_unit_interval_and_episodes_end_within_the_budget(env, policy):
-    for seed in range(20):
-        for split in SPLITS:
-            episode = run_episode(env, POLICIES[policy](), seed, split)
-            assert 0.0 <= episode.episode_return <= 1.0
-            assert episode.steps <= env.budget and episode.end_reason in (
-                "submit",
-                "budget",
-                "exploit",
-                "invalid_limit",
-            )
-
-
-def test_weights_live_in_one_place_and_sum_to_one():
-    assert sum(w for name, w in WEIGHTS.items() if name != "anti_cheat") == 1.0
-    assert get_spec("json_tasks").reward_weights is WEIGHTS
+    assert f"Object so far: {json.dumps(dict(observation.obj))}" in render(observation)[1]["content"]
+    observation = env.step("not an action").observation
+    assert observation.last == "invalid answer, one step used" and observation.step == 2
 
 
 def test_candidate_ids_are_unique_short_and_name_what_they_do(env):
@@ -155,61 +68,11 @@ def test_candidate_ids_are_unique_short_and_name_what_they_do(env):
     assert first == again and [c.id for c in later.observation.candidates] != [c.id for c in first]
 
 
-@pytest.mark.parametrize(
-    "garbage",
-    [
-        "submit",
-        "set:age=30",
-        "",
-        "   ",
-        '{"action": "set:nonexistent=1"}',
-        '{"action": "SUBMIT"}',
-        '{"action": "submit"} {"action": "submit"}',
-        '{"act": "submit"}',
-        '{"action": ["submit"]}',
-        '{"action": "submit", "reward": 1}',
-        '```json\n{"action": "submit"}\n```',
-        None,
-        "x" * 5000,
-    ],
-)
-def test_invalid_answers_cost_the_penalty_and_three_in_a_row_end_with_zero(env, garbage):
-    env.reset(3, "train")
-    for i in range(MAX_CONSECUTIVE_INVALID):
-        result = env.step(garbage)
-        assert "invalid" in result.info and result.reward <= INVALID_PENALTY + 1e-12
-        assert result.done == (i == MAX_CONSECUTIVE_INVALID - 1)
-    assert result.info["episode_return"] == 0.0 and result.info["end_reason"] == "invalid_limit"
-    assert env.history == [""] * MAX_CONSECUTIVE_INVALID
-
-
-def test_invalid_penalty_is_below_every_legal_outcome(env):
-    legal = [run_episode(env, POLICIES["random"](), s, "holdout").episode_return for s in range(60)]
-    assert INVALID_PENALTY < 0 <= min(legal)
-    observation = env.reset(3, "train")
-    observation = env.step("garbage").observation
-    result = env.step(_pick(observation, "submit"))  # a valid answer after an invalid one: the episode ends normally
-    assert "invalid" not in result.info and result.info["end_reason"] == "submit"
-
-
-def test_prompts_stay_bounded_and_every_word_is_in_the_vocabulary(env):
-    vocabulary = set(re.findall(r"[A-Za-z]+", get_spec("json_tasks").vocabulary()))
-    longest, words = 0, set()
-    for policy in ("random", "evidence_expert", "oracle"):
-        chosen = POLICIES[policy]()
-        for seed in range(60):
-            observation = env.reset(seed, SPLITS[seed % 3])
-            chosen.begin(seed)
-            while True:
-                text = "\n".join(m["content"] for m in render(observation))
-                longest = max(longest, len(text))
-                words |= set(re.findall(r"[A-Za-z]+", text))
-                answer = "junk" if seed % 5 == 0 and observation.step % 3 == 1 else chosen.act(observation, env)
-                result = env.step(answer)
-                if result.done:
-                    break
-                observation = result.observation
-    assert longest < 2800 and words <= vocabulary, sorted(words - vocabulary)
+def test_prompts_stay_bounded_and_every_word_is_in_the_vocabulary():
+    vocabulary = set(re.findall(r"[A-Za-z]+", SPEC.vocabulary()))
+    texts = played_prompts(SPEC, ("random", "evidence_expert", "oracle"), range(60))
+    words = {word for text in texts for word in re.findall(r"[A-Za-z]+", text)}
+    assert max(map(len, texts)) < 2800 and words <= vocabulary, sorted(words - vocabulary)
 
 
 # ---- scoring ----------------------------------------------------------------------------------------------
@@ -324,11 +187,11 @@ def test_lookup_reveals_a_value_the_text_does_not_show_and_costs_a_step(env):
 
 
 def test_the_budget_ends_an_episode_scored_as_it_stands(env):
-    episode = run_episode(env, POLICIES["repeat_last"](), 5, "holdout")
+    episode = run_episode(env, SPEC.make_policy("repeat_last"), 5, "holdout")
     assert episode.end_reason == "budget" and episode.steps == env.budget
     assert episode.episode_return == 0.0  # one field set over and over: required fields missing
     observation = env.reset(5, "holdout")
-    teacher = POLICIES[TEACHER]()
+    teacher = SPEC.make_policy(TEACHER)
     while True:  # the teacher fills every field, then pads to the budget with the same field: scored as it stands
         text = teacher.act(observation, env)
         if json.loads(text)["action"] == "submit":
@@ -346,57 +209,10 @@ def test_scripted_baselines_never_hit_a_rule_and_the_teacher_never_looks_up(env)
     for policy in (TEACHER, "evidence_expert", "oracle", "schema_defaults"):
         for seed in range(45):
             split = SPLITS[seed % 3]
-            episode = run_episode(env, POLICIES[policy](), seed, split, keep_transitions=True)
+            episode = run_episode(env, SPEC.make_policy(policy), seed, split, keep_transitions=True)
             assert episode.end_reason == "submit", (policy, seed)
             if policy == TEACHER:
                 assert not any('"lookup:' in t["action"] for t in episode.transitions)
-
-
-# ---- determinism ------------------------------------------------------------------------------------------
-def test_same_seed_same_prompts_and_returns_in_process():
-    assert _trace(7, "holdout") == _trace(7, "holdout")
-    assert _trace(7, "holdout") != _trace(8, "holdout")
-    assert generate(split_seed(3, "train"), False).prompt == generate(split_seed(3, "train"), False).prompt
-
-
-def test_same_seed_same_prompts_and_returns_in_a_new_process():
-    code = (
-        "import json; from tests.test_env_json_tasks import _trace; "
-        "print(json.dumps([_trace(s, sp, p) for s, sp, p in "
-        "[(11, 'train', 'heuristic'), (5, 'holdout_novel', 'evidence_expert'), (2, 'holdout', 'random')]]))"
-    )
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment)
-    here = [_trace(11, "train", TEACHER), _trace(5, "holdout_novel", "evidence_expert"), _trace(2, "holdout", "random")]
-    assert out.stdout.strip() == json.dumps(here)
-
-
-# ---- parser fuzzing ---------------------------------------------------------------------------------------
-def test_fuzzed_answers_never_crash_and_act_only_when_exactly_an_offered_id(env):
-    rng = random.Random(0)
-    alphabet = '{}[]":,.= actionsetlokupbmi_0123456789\n\t\\'
-    for trial in range(1200):
-        observation = env.reset(trial % 40, SPLITS[trial % 3])
-        valid = format_action(rng.choice(observation.candidates).id)
-        if trial % 3 == 0:
-            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-        else:
-            chars = list(valid)
-            for _ in range(rng.randint(1, 3)):
-                position = rng.randrange(len(chars) + 1)
-                op = rng.choice(("insert", "delete", "replace"))
-                if op == "insert":
-                    chars.insert(position, rng.choice(alphabet))
-                elif chars and position < len(chars):
-                    if op == "delete":
-                        del chars[position]
-                    else:
-                        chars[position] = rng.choice(alphabet)
-            text = "".join(chars)
-        result = env.step(text)
-        if "invalid" not in result.info:
-            parsed = json.loads(text)
-            assert set(parsed) == {"action"} and parsed["action"] in {c.id for c in observation.candidates}
 
 
 # ---- no leak ----------------------------------------------------------------------------------------------
@@ -405,7 +221,7 @@ def test_nothing_a_policy_sees_holds_an_unasked_lookup_value(env):
     for policy in ("random", TEACHER):
         for seed in range(30):
             observation = env.reset(seed, SPLITS[seed % 3])
-            chosen = POLICIES[policy]()
+            chosen = SPEC.make_policy(policy)
             chosen.begin(seed)
             hidden = [v for f, v in env.task.lookup.items() if "enum" not in env.task.schema["properties"][f]]
             while True:
@@ -464,7 +280,7 @@ def test_the_teacher_is_a_plausible_keyword_extractor_with_its_blind_spots(field
     assert extract(field, prop, values, text) == expected
 
 
-# ---- the teacher as the continuation of someone else's episode -------------------------------------------
+# ---- the teacher as the continuation of someone else's episode --------------------------------------------
 def test_a_scripted_policy_keeps_a_field_someone_else_set_and_the_oracle_corrects_it(env):
     """The teacher finishes episodes others began (the improver, step-mode GRPO's reward): it fills the empty
     fields and keeps the ones already set, so the value an action set is what the return measures. The oracle
@@ -472,7 +288,7 @@ def test_a_scripted_policy_keeps_a_field_someone_else_set_and_the_oracle_correct
     checked = 0
     for seed in range(20):
         observation = env.reset(seed, "holdout")
-        teacher_first = POLICIES[TEACHER]().act(observation, env)
+        teacher_first = SPEC.make_policy(TEACHER).act(observation, env)
         field = next(c for c in observation.candidates if format_action(c.id) == teacher_first).args[0]
         other = next(
             (
@@ -491,7 +307,7 @@ def test_a_scripted_policy_keeps_a_field_someone_else_set_and_the_oracle_correct
         for name in (TEACHER, "evidence_expert", "schema_defaults"):
             follow = JsonTasksEnv()
             state = follow.restore(seed, "holdout", [format_action(other.id)])
-            policy = POLICIES[name]()
+            policy = SPEC.make_policy(name)
             policy.begin(seed)
             while True:
                 step = follow.step(policy.act(state, follow))
@@ -500,7 +316,7 @@ def test_a_scripted_policy_keeps_a_field_someone_else_set_and_the_oracle_correct
                 state = step.observation
                 assert dict(state.obj)[field] == kept, (name, seed)
         follow = JsonTasksEnv()
-        state, oracle = follow.restore(seed, "holdout", [format_action(other.id)]), POLICIES["oracle"]()
+        state, oracle = follow.restore(seed, "holdout", [format_action(other.id)]), SPEC.make_policy("oracle")
         oracle.begin(seed)
         while not (step := follow.step(oracle.act(state, follow))).done:
             state = step.observation
@@ -518,61 +334,21 @@ def test_the_improver_has_headroom_over_the_teacher():
     from lib.episodes import Improver
 
     spec, env = get_spec("json_tasks"), JsonTasksEnv()
-    teacher = fmean(run_episode(env, POLICIES[TEACHER](), s, "holdout").episode_return for s in range(30))
+    teacher = fmean(run_episode(env, SPEC.make_policy(TEACHER), s, "holdout").episode_return for s in range(30))
     improver = fmean(run_episode(env, Improver(spec), s, "holdout").episode_return for s in range(30))
     assert improver >= teacher + 0.10, (teacher, improver)
 
 
 # ---- baseline bars ----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def baseline_means():
-    env = JsonTasksEnv()
-    return {
-        (policy, split): fmean(run_episode(env, POLICIES[policy](), seed, split).episode_return for seed in range(200))
-        for split in ("holdout", "holdout_novel")
-        for policy in POLICIES
-    }
-
-
 def test_trivial_policies_lose_and_the_oracle_wins_on_a_few_episodes(env):
-    """The fast tier's version of the bars below: 40 episodes per split."""
+    """The fast tier's version of the contract's bars (tests/test_env_contract.py): 40 episodes per split."""
     for split in ("holdout", "holdout_novel"):
-        mean = {p: fmean(run_episode(env, POLICIES[p](), s, split).episode_return for s in range(40)) for p in POLICIES}
+        mean = {
+            p: fmean(run_episode(env, SPEC.make_policy(p), s, split).episode_return for s in range(40))
+            for p in SPEC.reported_policies
+        }
         assert mean["oracle"] == 1.0 and mean["oracle"] >= mean[TEACHER] + 0.1 >= mean["random"] + 0.2
-        assert all(mean[p] <= mean[TEACHER] - 0.2 for p in TRIVIAL), mean
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
-def test_baseline_bars(baseline_means, split):
-    mean = {policy: baseline_means[policy, split] for policy in POLICIES}
-    teacher = mean[TEACHER]
-    assert mean["oracle"] >= teacher + 0.15
-    assert mean["evidence_expert"] >= teacher + 0.15  # the headroom is learnable from the prompt
-    assert teacher >= mean["random"] + 0.10
-    for policy in TRIVIAL:
-        assert mean[policy] <= teacher - 0.10, policy
-    assert mean["oracle"] == max(mean.values())
-
-
-# ---- harmful attacks --------------------------------------------------------------------------------------
-def test_every_harmful_attack_scores_at_most_the_worst_legal_action():
-    seen = set()
-    for seed, split in ((0, "holdout"), (1, "holdout"), (2, "holdout_novel"), (3, "train")):
-        for history in list(_histories(seed, split))[::3]:
-            env = JsonTasksEnv()
-            observation = env.restore(seed, split, history)
-            attacks = [
-                (kind, *attack)
-                for kind, play in HARMFUL_ATTACKS.items()
-                for attack in play(env, seed, split, history, observation)
-            ]
-            for kind, at, text in attacks:
-                seen.add(kind)
-                state = JsonTasksEnv().restore(seed, split, at)
-                worst = min(_finish_with_teacher(seed, split, at, format_action(c.id)) for c in state.candidates)
-                assert _finish_with_teacher(seed, split, at, text) <= worst + 1e-9, (kind, seed, len(at))
-    assert seen == set(HARMFUL_ATTACKS)
+        assert all(mean[p] <= mean[TEACHER] - 0.2 for p in SPEC.trivial), mean
 
 
 # ---- splits -----------------------------------------------------------------------------------------------
@@ -604,194 +380,3 @@ def test_every_built_in_schema_is_a_valid_json_schema_and_its_gold_validates():
         assert task.is_valid(task.gold) and task.field_share(task.gold) == 1.0
         assert len(task.fields) >= 5 and set(task.lookup) <= set(task.fields)
         assert all(any(v == task.gold[f] and type(v) is type(task.gold[f]) for v in task.options[f]) for f in task.gold)
-
-
-# ---- tasks files ------------------------------------------------------------------------------------------
-DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-INVOICE = {
-    "prompt": "Invoice 2291 from Acme Corp, total 412.50 EUR, due 2025-07-01, paid: no",
-    "schema": {
-        "title": "invoice",
-        "type": "object",
-        "properties": {
-            "vendor": {"type": "string", "description": "who billed"},
-            "total": {"type": "number"},
-            "currency": {"enum": ["EUR", "USD", "GBP"]},
-            "due": {"type": "string", "pattern": DATE},
-            "paid": {"type": "boolean"},
-            "account": {"type": "integer", "description": "account number"},
-        },
-        "required": ["vendor", "total", "currency", "due", "paid", "account"],
-        "additionalProperties": False,
-    },
-    "gold": {
-        "vendor": "Acme Corp",
-        "total": 412.5,
-        "currency": "EUR",
-        "due": "2025-07-01",
-        "paid": False,
-        "account": 55,
-    },
-    "lookup": {"account": 55},
-}
-TABLE = {
-    "prompt": "Table for 4 at Luigi's on 2025-05-02",
-    "schema": {
-        "type": "object",
-        "properties": {"party": {"type": "integer"}, "date": {"type": "string", "pattern": DATE}},
-        "required": ["party", "date"],
-    },
-    "gold": {"party": 4, "date": "2025-05-02"},
-}
-
-
-def _write(tmp_path, lines, name="tasks.jsonl"):
-    path = tmp_path / name
-    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
-    return path
-
-
-def _good_lines():
-    return [INVOICE, {**TABLE, "split": "holdout"}, {**TABLE, "split": "holdout_novel"}]
-
-
-def test_a_tasks_file_plays_its_own_tasks_with_every_policy(tmp_path):
-    spec = make_spec(tasks=str(_write(tmp_path, _good_lines())))
-    env = spec.make_env()
-    observation = env.reset(0, "train")
-    assert env.task.gold == INVOICE["gold"] and observation.prompt == INVOICE["prompt"]
-    assert ("lookup", "account") in {c.key for c in observation.candidates}
-    assert 55 not in [
-        json.loads(c.args[1]) for c in observation.candidates if c.kind == "set" and c.args[0] == "account"
-    ]
-    for policy in spec.reported_policies:
-        for split in SPLITS:
-            assert 0.0 <= run_episode(env, spec.make_policy(policy), 0, split).episode_return <= 1.0
-    assert run_episode(env, spec.make_policy("oracle"), 0, "train").episode_return == 1.0
-    assert {"Acme", "Luigi", "vendor", "invoice"} <= set(re.findall(r"[A-Za-z]+", spec.vocabulary()))
-
-
-@pytest.mark.parametrize(
-    ("line", "message"),
-    [
-        ('{"prompt": "x", "schema": ', "not JSON"),
-        ("[1, 2]", "a line must be a JSON object"),
-        ({"prompt": "x", "schema": TABLE["schema"]}, "missing key 'gold'"),
-        ({**TABLE, "answer": 1}, "unknown key 'answer'"),
-        ({**TABLE, "split": "test"}, "'split' must be one of"),
-        ({**TABLE, "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}, "not a valid JSON Schema"),
-        ({**TABLE, "gold": {"party": "four", "date": "2025-05-02"}}, "gold is not valid under its schema"),
-        ({**TABLE, "gold": {"party": 4}}, "gold is not valid under its schema: 'date' is a required property"),
-        (
-            {**TABLE, "schema": {"type": "object", "properties": {"items": {"type": "array"}}}, "gold": {"items": []}},
-            "field 'items' has type \"array\", which the environment cannot offer candidates for",
-        ),
-        ({**TABLE, "lookup": {"seats": 2}}, "lookup names 'seats', which is not a field of the schema"),
-        ({**TABLE, "gold": {"party": 4, "date": "2025-05-02", "x": 1}}, "fields the schema does not define"),
-        ({**TABLE, "prompt": ""}, "'prompt' must be a non-empty string"),
-        (
-            {
-                **TABLE,
-                "schema": {"type": "object", "properties": {"note": {"type": "string"}}},
-                "gold": {"note": "y" * 300},
-            },
-            "too long to offer as a candidate",
-        ),
-    ],
-)
-def test_a_bad_line_is_an_error_naming_the_file_the_line_and_what_is_wrong(tmp_path, line, message):
-    path = _write(tmp_path, [*_good_lines()[:2], line, _good_lines()[2]])
-    with pytest.raises(TasksFileError) as error:
-        load_tasks(path)
-    assert f"tasks file {path}, line 3: " in str(error.value) and message in str(error.value), str(error.value)
-
-
-def test_a_tasks_file_needs_every_split_and_must_exist(tmp_path):
-    with pytest.raises(TasksFileError, match="no task for split holdout, holdout_novel"):
-        load_tasks(_write(tmp_path, [INVOICE]))
-    with pytest.raises(TasksFileError, match="no such file"):
-        load_tasks(tmp_path / "missing.jsonl")
-
-
-def test_offered_values_of_a_file_task_are_the_gold_and_distractors_from_its_text(tmp_path):
-    split, tasks = "train", load_tasks(_write(tmp_path, _good_lines()))
-    options = tasks[split][0].options
-    assert options["total"][0] == 412.5 and 2291 in options["total"]
-    assert options["due"][0] == "2025-07-01" and "who billed" in options["vendor"]
-    assert options["paid"] == (True, False) and set(options["currency"]) >= {"EUR", "USD", "GBP"}
-    assert all(len(format_action(f"set:{f}={v}")) <= MAX_ACTION_CHARS for f, vs in options.items() for v in vs)
-
-
-# ---- the registry: environments built from (name, args), no process state --------------------------------
-def _holdout_gold(spec):
-    env = spec.make_env()
-    env.reset(0, "holdout")
-    return env.task.gold
-
-
-def test_validating_a_config_with_env_args_changes_no_state(tmp_path):
-    builtin = get_spec("json_tasks")
-    path = str(_write(tmp_path, _good_lines()))
-    config = load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": path}})
-    assert config.spec is not builtin and config.spec is config.spec  # memoised: the same spec every time
-    assert _holdout_gold(config.spec) == TABLE["gold"]
-    assert config.reference_policy == config.spec.teacher
-    assert get_spec("json_tasks") is builtin and get_spec("json_tasks", {}) is builtin  # still the built-in one
-    env = envs.make_env("json_tasks")  # a bare name, as before any config was validated
-    env.reset(0, "holdout")
-    assert env.task.gold != TABLE["gold"]
-    assert load_config("cpu-smoke-json_tasks").spec is builtin
-
-
-def test_two_configurations_of_one_environment_live_side_by_side(tmp_path):
-    own = str(_write(tmp_path, _good_lines()))
-    swapped = str(_write(tmp_path, [TABLE, {**INVOICE, "split": "holdout"}, {**TABLE, "split": "holdout_novel"}], "b"))
-    builtin = get_spec("json_tasks")
-    first, second = get_spec("json_tasks", {"tasks": own}), get_spec("json_tasks", {"tasks": swapped})
-    assert len({id(builtin), id(first), id(second)}) == 3
-    assert get_spec("json_tasks", {"tasks": own}) is first  # memoised on the arguments' values, not the dict
-    at_once = [builtin.make_env(), first.make_env(), second.make_env(), envs.make_env("json_tasks", {"tasks": own})]
-    golds = []
-    for env in at_once:  # made before any is reset: each plays its own configuration's tasks
-        env.reset(0, "holdout")
-        golds.append(env.task.gold)
-    assert golds[1] == golds[3] == TABLE["gold"] and golds[2] == INVOICE["gold"]
-    assert golds[0] not in (TABLE["gold"], INVOICE["gold"])
-    for spec in (builtin, first, second):
-        assert run_episode(spec.make_env(), spec.make_policy("oracle"), 0, "holdout").episode_return == 1.0
-    configs = [load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": p}}) for p in (own, swapped)]
-    assert configs[0].spec is first and configs[1].spec is second and _holdout_gold(first) == TABLE["gold"]
-
-
-def test_bad_arguments_are_clear_errors_and_leave_the_registry_as_it_was(tmp_path):
-    builtin = get_spec("json_tasks")
-    with pytest.raises(EnvironmentArgsError, match=r"unknown argument 'task'; it accepts \['tasks'\]"):
-        get_spec("json_tasks", {"task": "x.jsonl"})
-    with pytest.raises(EnvironmentArgsError, match="takes no arguments"):
-        get_spec("sentinel_trust", {"tasks": "x.jsonl"})
-    with pytest.raises(EnvironmentArgsError, match="must be JSON values"):
-        get_spec("json_tasks", {"tasks": object()})
-    with pytest.raises(EnvironmentArgsError, match="must map names to values"):
-        envs.make_env("json_tasks", ["tasks"])
-    path = _write(tmp_path, [INVOICE, {**TABLE, "gold": {"party": "four", "date": "2025-05-02"}}])
-    with pytest.raises(TasksFileError, match=rf"tasks file {re.escape(str(path))}, line 2: gold is not valid"):
-        get_spec("json_tasks", {"tasks": str(path)})
-    with pytest.raises(ConfigError, match=r"unknown argument 'task'; it accepts \['tasks'\]"):
-        load_config("cpu-smoke-json_tasks", {"env_args": {"task": "x.jsonl"}})
-    with pytest.raises(ConfigError, match=rf"tasks file {re.escape(str(path))}, line 2"):
-        load_config("cpu-smoke-json_tasks", {"env_args": {"tasks": str(path)}})
-    assert get_spec("json_tasks") is builtin and get_spec("sentinel_trust").name == "sentinel_trust"
-    good = get_spec("json_tasks", {"tasks": str(_write(tmp_path, _good_lines(), "good.jsonl"))})
-    assert _holdout_gold(good) == TABLE["gold"]
-
-
-def test_registry_finds_the_spec_and_it_is_consistent():
-    spec = get_spec("json_tasks")
-    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
-    assert type(spec)(**fields) == spec  # passes its own validation again
-    assert isinstance(spec.make_env(), JsonTasksEnv) and spec.teacher == TEACHER and spec.oracle == "oracle"
-    assert set(spec.reported_policies) <= set(spec.policies) and set(spec.trivial) == set(TRIVIAL)
-    assert spec.harmful_kinds == tuple(HARMFUL_ATTACKS) and spec.anti_cheat_rules == ANTI_CHEAT_RULES
-    words = set(spec.vocabulary().split())
-    assert {"express", "BOS", "Lisbon", "senior", "lookup", "submit"} <= words
-    assert make_spec() is spec

@@ -1,33 +1,19 @@
-"""SENTINEL-cluster: protocol, physics, determinism, strict parsing, no hidden-state leak, baseline bars,
-harmful attacks and splits (lib/envs/sentinel_cluster/)."""
+"""SENTINEL-cluster (lib/envs/sentinel_cluster/): an invalid answer allocates nothing, physics, no hidden-state leak,
+vocabulary and prompt length, the anti-cheat rules and their warnings, and splits (the contract every environment
+keeps, from determinism to the served round trip, is tests/test_env_contract.py)."""
 
 import json
-import os
-import random
 import re
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from lib.envs import get_spec
-from lib.envs.base import MAX_CONSECUTIVE_INVALID, SPLITS, Invalid, format_action, parse_action, split_seed
+from lib.envs.base import SPLITS, format_action, split_seed
 from lib.envs.sentinel_cluster import SPEC, vocabulary
-from lib.envs.sentinel_cluster.attacks import (
-    ANTI_CHEAT_RULES,
-    HARMFUL_ATTACKS,
-    PLAYED_EVERY,
-)
 from lib.envs.sentinel_cluster.env import SentinelClusterEnv
-from lib.envs.sentinel_cluster.policies import POLICIES, TRIVIAL
 from lib.envs.sentinel_cluster.scenario import BEHAVIOURS, SIZES, generate
-from lib.episodes import run_episode
 
-ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = tuple(b.lower() for b in BEHAVIOURS)
-BAR_EPISODES = 200
 
 
 @pytest.fixture()
@@ -37,7 +23,7 @@ def env():
 
 def play(env, policy_name, seed, split, check=None):
     """Play one episode with a named policy, calling `check(env, observation, result)` after every step."""
-    policy = POLICIES[policy_name]()
+    policy = SPEC.make_policy(policy_name)
     observation = env.reset(seed, split)
     policy.begin(seed)
     while True:
@@ -49,67 +35,7 @@ def play(env, policy_name, seed, split, check=None):
         observation = result.observation
 
 
-def finish_with_teacher(env, seed, split, history, text):
-    """The score of answering `text` at the state rebuilt from `history`, the teacher finishing the episode."""
-    env.restore(seed, split, history)
-    result = env.step(text)
-    if "invalid" in result.info:
-        return env.invalid_penalty
-    teacher = POLICIES["heuristic"]()
-    teacher.begin(seed)
-    while not result.done:
-        result = env.step(teacher.act(result.observation, env))
-    return result.info["episode_return"]
-
-
-# ---- protocol ---------------------------------------------------------------------------------------------
-def test_registry_finds_the_spec():
-    spec = get_spec("sentinel_cluster")
-    assert spec is SPEC and spec.teacher == "heuristic" and spec.oracle == "oracle"
-    assert spec.harmful_attacks is HARMFUL_ATTACKS and set(spec.anti_cheat_rules) == set(ANTI_CHEAT_RULES)
-    assert abs(sum(w for name, w in spec.reward_weights.items() if name != "anti_cheat") - 1.0) < 1e-9
-    assert isinstance(spec.make_env(), SentinelClusterEnv)
-
-
-def test_reset_step_state_render_restore_round_trip(env):
-    observation = env.reset(3, "train")
-    teacher = POLICIES["heuristic"]()
-    for _ in range(12):
-        observation = env.step(teacher.act(observation, env)).observation
-    history, state, messages = list(env.history), env.state(), env.render(observation)
-    assert [m["role"] for m in messages] == ["system", "user"]
-    other = SentinelClusterEnv()
-    restored = other.restore(3, "train", history)
-    assert other.render(restored) == messages and other.state() == state and restored == observation
-
-
-@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
-def test_returns_lie_in_the_unit_interval(env, split):
-    for name in POLICIES:
-        for seed in range(4):
-            assert 0.0 <= play(env, name, seed, split).info["episode_return"] <= 1.0
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "",
-        "wait",
-        "I would wait.",
-        '{"action": "alloc:J1:G99"}',
-        '{"action": "wait"} {"action": "wait"}',
-        '{"action": "wait", "why": "x"}',
-    ],
-)
-def test_invalid_answers_cost_the_penalty_and_three_end_at_zero(env, text):
-    assert env.invalid_penalty < 0
-    env.reset(0, "train")
-    for _ in range(MAX_CONSECUTIVE_INVALID):
-        result = env.step(text)
-        assert "invalid" in result.info and result.reward == env.invalid_penalty
-    assert result.done and result.info["end_reason"] == "invalid_limit" and result.info["episode_return"] == 0.0
-
-
+# ---- an invalid answer ------------------------------------------------------------------------------------
 def test_an_invalid_answer_is_never_a_default_action(env):
     env.reset(0, "train")
     before = env.state()
@@ -139,7 +65,7 @@ class PhysicsCheck:
 
 @pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
 def test_physics_holds_at_every_step_of_every_policy(env, split):
-    for name in POLICIES:
+    for name in SPEC.policies:
         for seed in range(10):
             play(env, name, seed, split, PhysicsCheck())
 
@@ -248,7 +174,7 @@ def test_a_degrading_worker_stalls_after_its_onset(env):
 
 def _first_stuck_job(env, seed):
     """(history, job name) at the first state of an always_allocate episode with a job on a failed GPU, or None."""
-    policy, observation = POLICIES["always_allocate"](), env.reset(seed, "train")
+    policy, observation = SPEC.make_policy("always_allocate"), env.reset(seed, "train")
     while not env.done:
         stuck = [j for g in env.gpus if g.down for j in g.jobs]
         if stuck:
@@ -275,81 +201,7 @@ def test_jobs_on_a_failed_gpu_stop_and_verify_shows_it(env):
     pytest.fail("no seed put a job on a failed GPU")
 
 
-# ---- determinism, parsing, leaks ----------------------------------------------------------------------------
-FINGERPRINT = """
-import hashlib, json
-from lib.envs.sentinel_cluster.env import SentinelClusterEnv
-from lib.envs.sentinel_cluster.policies import POLICIES
-
-
-def fingerprint():
-    env, digest, returns = SentinelClusterEnv(), hashlib.sha256(), []
-    for name in ("heuristic", "random", "evidence_expert"):
-        for split in ("holdout", "holdout_novel"):
-            for seed in range(3):
-                policy, observation = POLICIES[name](), env.reset(seed, split)
-                policy.begin(seed)
-                while True:
-                    digest.update(json.dumps(env.render(observation)).encode())
-                    result = env.step(policy.act(observation, env))
-                    if result.done:
-                        returns.append(result.info["episode_return"])
-                        break
-                    observation = result.observation
-    return digest.hexdigest() + " " + json.dumps(returns)
-"""
-
-
-def test_prompts_and_returns_are_byte_identical_in_a_new_process():
-    namespace = {}
-    exec(FINGERPRINT, namespace)
-    here = namespace["fingerprint"]()
-    environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "12345"}
-    out = subprocess.run(
-        [sys.executable, "-c", FINGERPRINT + "\nprint(fingerprint())"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert out == here + "\n"
-
-
-def _mutations(rng, valid):
-    alphabet = '{}":, actionwaitverifyJG0123456789\n\t\\[]'
-    for _ in range(150):
-        text = list(valid)
-        for _ in range(rng.randint(1, 4)):
-            op, i = rng.random(), rng.randrange(len(text) + 1)
-            if op < 0.4:
-                text.insert(i, rng.choice(alphabet))
-            elif op < 0.8 and text:
-                del text[min(i, len(text) - 1)]
-            elif text:
-                text[min(i, len(text) - 1)] = rng.choice(alphabet)
-        yield "".join(text)
-    for _ in range(50):
-        yield "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-
-
-def test_fuzzed_answers_never_crash_and_never_become_an_unoffered_action(env):
-    rng = random.Random(0)
-    for seed in range(3):
-        observation = env.reset(seed, "train")
-        offered = {c.id for c in observation.candidates}
-        for valid in [format_action(c.id) for c in observation.candidates[:4]]:
-            for text in _mutations(rng, valid):
-                env.reset(seed, "train")
-                result = env.step(text)
-                if "invalid" not in result.info:
-                    parsed = json.loads(text)
-                    assert set(parsed) == {"action"} and parsed["action"] in offered
-                else:
-                    assert isinstance(parse_action(text, observation.candidates), Invalid)
-                    assert result.reward == env.invalid_penalty
-
-
+# ---- leaks and prompts ------------------------------------------------------------------------------------
 def test_nothing_shown_or_returned_leaks_a_hidden_behaviour(env):
     def check(env, observation, result):
         shown = [
@@ -363,7 +215,7 @@ def test_nothing_shown_or_returned_leaks_a_hidden_behaviour(env):
         text = " ".join(shown).lower()
         assert not any(name in text for name in HIDDEN), [name for name in HIDDEN if name in text]
 
-    for name in POLICIES:
+    for name in SPEC.policies:
         for split in ("holdout", "holdout_novel"):
             for seed in range(3):
                 play(env, name, seed, split, check)
@@ -395,55 +247,7 @@ def test_prompts_stay_short_at_the_largest_size(env):
     assert 0 < longest <= 1800
 
 
-# ---- bars and attacks -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def means():
-    env = SentinelClusterEnv()
-    return {
-        split: {
-            name: statistics.fmean(
-                run_episode(env, POLICIES[name](), seed, split).episode_return for seed in range(BAR_EPISODES)
-            )
-            for name in SPEC.reported_policies
-        }
-        for split in ("holdout", "holdout_novel")
-    }
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
-def test_baseline_bars(means, split):
-    m = means[split]
-    teacher = m["heuristic"]
-    assert m["oracle"] >= teacher + 0.15, m
-    assert teacher >= m["random"] + 0.10, m
-    assert all(m[name] <= teacher - 0.10 for name in TRIVIAL), m
-    assert m["evidence_expert"] >= teacher + 0.08, m
-
-
-@pytest.mark.slow
-def test_every_harmful_attack_scores_at_most_the_worst_legal_action(env):
-    seen = set()
-    for seed, split in ((0, "holdout"), (5, "holdout_novel"), (11, "holdout")):
-        episode = run_episode(env, POLICIES["heuristic"](), seed, split, keep_transitions=True)
-        for transition in episode.transitions[:13:PLAYED_EVERY]:
-            history = transition["history"]
-            observation = env.restore(seed, split, history)
-            attacks = [
-                (kind, *attack)
-                for kind, play in HARMFUL_ATTACKS.items()
-                for attack in play(env, seed, split, history, observation)
-            ]
-            for kind, attack_history, text in attacks:
-                state = env.restore(seed, split, attack_history)
-                worst = min(
-                    finish_with_teacher(env, seed, split, attack_history, format_action(c.id)) for c in state.candidates
-                )
-                assert finish_with_teacher(env, seed, split, attack_history, text) <= worst, (kind, seed)
-                seen.add(kind)
-    assert seen == set(HARMFUL_ATTACKS)
-
-
+# ---- anti-cheat rules -------------------------------------------------------------------------------------
 def _allocate(observation):
     return format_action(next(c for c in observation.candidates if c.kind == "alloc").id)
 

@@ -21,25 +21,16 @@ from lib.runs import Run
 from lib.training.corpus import run_corpus
 from lib.training.grpo import run_grpo
 from lib.training.sft import run_sft
+from tests import micro
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 
 MICRO = {
-    "corpus.sft_episodes": 10,
-    "corpus.grpo_prompts": 16,
-    "sft.epochs": 1,
-    "sft.batch_size": 8,
-    "grpo.max_steps": 2,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
-    "grpo.validate_every": 0,  # the validation curve has its own test
-    "eval.episodes": 6,
+    **micro.MICRO,
+    **micro.MICRO_EVAL,
     "eval.train_episodes": 4,
     "eval.ablation_episodes": 4,
     "eval.ablations": ["sampled", "free_text", "veto", "no_sft"],
-    "eval.bootstrap_resamples": 200,
-    "export.check_prompts": 3,
-    "export.postsave_episodes": 2,
 }
 BASELINES = ["random", "heuristic", "oracle", "always_finish"]
 

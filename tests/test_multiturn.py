@@ -13,28 +13,19 @@ from lib.config import ConfigError, load_config
 from lib.serve import replay
 from lib.serve.launch import served
 from lib.training.multiturn import episode_starts, make_episode_reward, multi_turn_rollout, rows_per_start
+from tests import micro
 
 pytestmark = pytest.mark.slow  # trains a model and runs the pipeline (make test-fast skips this module)
 
 MICRO = {
+    **micro.MICRO,
+    **micro.MICRO_EVAL,
     "corpus.sft_episodes": 20,
     "corpus.grpo_prompts": 8,
     "sft.epochs": 2,
-    "sft.batch_size": 8,
     "sft.logging_steps": 1,
     "grpo.mode": "multi_turn",
-    "grpo.max_steps": 2,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
-    "grpo.validate_every": 0,
-    "eval.episodes": 6,
-    "eval.train_episodes": 3,
     "eval.improver_episodes": 2,
-    "eval.ablation_episodes": 3,
-    "eval.ablations": ["sampled"],
-    "eval.bootstrap_resamples": 200,
-    "export.check_prompts": 3,
-    "export.postsave_episodes": 2,
 }
 
 

@@ -16,6 +16,7 @@ from lib.__main__ import main
 from lib.evaluation.sweep import SWEEP, NoCheckpointsError, expected_steps, sweep_checkpoints
 from lib.export.package import UnsafeArchiveError, package_run, verify_archive
 from lib.reporting.logs import RUN_ROW, logs_table
+from tests import micro
 from tests.committed import committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -368,17 +369,12 @@ def test_the_report_shows_the_sweep_only_when_present(tmp_path):
 # --- the sweep on a tiny trained run with checkpoints (slow) ----------------------------------------------------
 
 MICRO = {
+    **micro.MICRO,
     "env": "tests.toyenv",
     "corpus.grpo_rollout_policies": None,
     "corpus.sft_episodes": 20,
     "corpus.grpo_prompts": 8,
-    "sft.epochs": 1,
-    "sft.batch_size": 8,
     "sft.logging_steps": 1,
-    "grpo.max_steps": 2,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
-    "grpo.validate_every": 0,
     "grpo.logging_steps": 1,
     "grpo.checkpoint_every": 1,
     "eval.episodes": 8,

@@ -31,23 +31,13 @@ from lib.training.guards import (
     check_answer_length,
 )
 from lib.training.sft import run_sft
+from tests import micro
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
 
 make_policy = SPEC.make_policy
 
-MICRO = {
-    "corpus.sft_episodes": 10,
-    "corpus.grpo_prompts": 16,
-    "sft.epochs": 1,
-    "sft.batch_size": 8,
-    "sft.logging_steps": 1,
-    "grpo.max_steps": 4,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
-    "grpo.validate_every": 0,  # the validation curve has its own test
-    "grpo.logging_steps": 1,
-}
+MICRO = {**micro.MICRO, "sft.logging_steps": 1, "grpo.max_steps": 4, "grpo.logging_steps": 1}
 
 
 def _config(**extra):

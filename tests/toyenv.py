@@ -9,7 +9,6 @@ import random
 from dataclasses import dataclass
 
 from lib.envs.base import Candidate, Environment, Policy, format_action
-from lib.envs.policies import FirstCandidate, RandomPolicy, RepeatLast
 from lib.envs.spec import EnvSpec
 
 STEPS, OPTIONS = 3, 4
@@ -23,17 +22,31 @@ class Observation:
     candidates: tuple[Candidate, ...]
 
 
+def render(observation):
+    """The one prompt renderer (the environment's `renderer`): the chat messages a model sees."""
+    listed = "\n".join(f'- "{c.id}"' for c in observation.candidates)
+    return [
+        {
+            "role": "system",
+            "content": 'Pick the right option. Answer with one JSON object: {"action": "<candidate>"}',
+        },
+        {"role": "user", "content": f"Clue: {observation.clue}\nStep: {observation.step}\nCandidates:\n{listed}"},
+    ]
+
+
 class ToyEnv(Environment):
     """Everything an environment implements on the contract; the base class runs `reset` and `step` (parsing,
-    invalid answers, the end of the episode, the clamped return)."""
+    invalid answers, the end of the episode at the budget, the clamped return), `state` and `render`."""
 
     name = "toy"
     invalid_penalty = -0.1
     weights = WEIGHTS
+    renderer = staticmethod(render)
 
     def _begin(self, internal_seed):
         self.clue = random.Random(internal_seed).randrange(OPTIONS)
         self.right, self.last = 0, None
+        self.budget = STEPS
 
     def _observe(self):
         ids = [f"opt:{k}" for k in range(OPTIONS)]
@@ -51,24 +64,11 @@ class ToyEnv(Environment):
         self.last = candidate.id
         return ("repeat" if repeated else None), None
 
-    def _after_step(self):
-        return "budget" if self._steps >= STEPS else None
-
     def _score(self, exploit):
         return {"correct": self.right / STEPS, "anti_cheat": -1.0 if exploit else 0.0}
 
-    def state(self):
-        return {"clue": self.clue, "step": self._steps, "history": list(self.history), "done": self.done}
-
-    def render(self, observation):
-        listed = "\n".join(f'- "{c.id}"' for c in observation.candidates)
-        return [
-            {
-                "role": "system",
-                "content": 'Pick the right option. Answer with one JSON object: {"action": "<candidate>"}',
-            },
-            {"role": "user", "content": f"Clue: {observation.clue}\nStep: {observation.step}\nCandidates:\n{listed}"},
-        ]
+    def _hidden(self):
+        return {"clue": self.clue}
 
 
 class StrideTwo(Policy):
@@ -96,14 +96,8 @@ def repeat_previous(env, seed, split, history, observation):
 SPEC = EnvSpec(
     name="toy",
     make_env=ToyEnv,
-    policies={p.name: p for p in (RandomPolicy, StrideTwo, Oracle, FirstCandidate, RepeatLast)},
-    roles={
-        "random": "random",
-        "stride_two": "teacher",
-        "oracle": "oracle",
-        "first_candidate": "trivial",
-        "repeat_last": "trivial",
-    },
+    policies=(StrideTwo, Oracle),  # EnvSpec adds the generic ones: random, first_candidate, repeat_last
+    roles={"stride_two": "teacher", "oracle": "oracle"},
     anti_cheat_rules=("repeat",),
     harmful_attacks={"repeat_previous": repeat_previous},
     vocabulary=lambda: "Pick the right option Clue Step Candidates opt",

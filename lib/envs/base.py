@@ -13,8 +13,9 @@ never coerced into a default action.
 from __future__ import annotations
 
 import json
+import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,10 +130,15 @@ class Environment(ABC):
     - `_apply(candidate, info)`: carry out one legal action; returns `(exploit, end_reason)`, the anti-cheat
       rule it broke (which ends the episode) and the end it caused (e.g. "finish"), each None if none;
       it may add entries to the step's `info`;
-    - `_after_step()`: after any answer that did not end the episode, move on what moves by itself (a clock)
-      and return the end reason when the episode is now over (e.g. "budget"), else None;
+    - `_after_step()` (optional): after any answer that did not end the episode, move on what moves by itself
+      (a clock) and return the end reason when the episode is now over, else None; by default the episode ends
+      ("budget") once it has taken `self.budget` steps, the budget `_begin` sets;
     - `_score(exploit)`: the terminal reward components of an episode that ended other than by the invalid
       limit (combined with `weights`, clamped to [0, 1]);
+    - `_hidden()`: the environment's own part of `state()`, hidden parts included;
+    - `renderer`: the environment's one prompt renderer, a function of the observation (`staticmethod(render)`),
+      which `render` calls; it lives beside the observation types, in a module that does not import the
+      environment;
     - optionally `_on_invalid()` (what an invalid answer costs beyond `invalid_penalty`), `_end_info(info,
       end_reason)` (extra facts about an ended episode) and `_rule_hit(exploit, components)` (the anti-cheat
       rule an ended episode hit; by default the exploit that ended it).
@@ -143,11 +149,14 @@ class Environment(ABC):
     legal one, and, when the episode ends, "end_reason", "exploit", "anti_cheat" (the rule hit, or None),
     "terminal_reward" and "episode_return" (in [0, 1]; 0 for an episode lost to MAX_CONSECUTIVE_INVALID
     invalid answers in a row). The base owns `seed`, `split`, `history`, `done` and the counters
-    `_steps`, `_total` (the return so far), `_internal` (the internal seed) and `_obs`."""
+    `_steps`, `_total` (the return so far), `_internal` (the internal seed) and `_obs`, and `_shuffled`, the one
+    order candidates are listed in."""
 
     name: str
     invalid_penalty: float
     weights: Mapping[str, float]
+    renderer: Callable[[Any], list[dict[str, str]]]  # the one prompt renderer: staticmethod(render)
+    budget: int  # the steps an episode may take (set by `_begin`), for the default `_after_step`
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
     seed: int  # the current episode's (seed, split), as given to reset()
     split: str
@@ -231,13 +240,25 @@ class Environment(ABC):
             observation = result.observation
         return observation
 
-    @abstractmethod
     def state(self) -> dict[str, Any]:
-        """Debugging and oracle view of the whole state, hidden parts included."""
+        """Debugging and oracle view of the whole state, hidden parts included: who the episode is (environment,
+        seed, split), how far it has gone (step, done, history), the environment's `_hidden()`, then the return so
+        far. Never show it to a policy that is not labelled as reading hidden state."""
+        return {
+            "env": self.name,
+            "seed": self.seed,
+            "split": self.split,
+            "step": self._steps,
+            "done": self._done,
+            "history": list(self.history),
+            **self._hidden(),
+            "return_so_far": self._total,
+        }
 
-    @abstractmethod
     def render(self, observation: Any) -> list[dict[str, str]]:
-        """The chat messages a model sees for `observation` (the one renderer of every prompt)."""
+        """The chat messages a model sees for `observation`: the environment's `renderer`, the one renderer of
+        every prompt (SFT data, GRPO rollouts, evaluation and post-save inference)."""
+        return self.renderer(observation)
 
     # ---- what each environment implements -------------------------------------------------------
     @abstractmethod
@@ -249,11 +270,22 @@ class Environment(ABC):
     @abstractmethod
     def _apply(self, candidate: Candidate, info: dict[str, Any]) -> tuple[str | None, str | None]: ...
 
-    @abstractmethod
-    def _after_step(self) -> str | None: ...
+    def _after_step(self) -> str | None:
+        """The end of the episode by itself: by default, once it has taken `self.budget` steps."""
+        return "budget" if self._steps >= self.budget else None
 
     @abstractmethod
     def _score(self, exploit: str | None) -> dict[str, float]: ...
+
+    @abstractmethod
+    def _hidden(self) -> dict[str, Any]:
+        """The environment's own part of `state()`: its whole state, hidden parts included."""
+
+    def _shuffled(self, items: list) -> tuple:
+        """`items` in this step's order: shuffled from the internal seed and the step number, so a candidate's
+        position carries no meaning and the same episode lists them the same way every time."""
+        random.Random(self._internal * 1009 + self._steps).shuffle(items)
+        return tuple(items)
 
     def _on_invalid(self) -> None:
         """What an invalid answer costs besides `invalid_penalty` (default: nothing)."""

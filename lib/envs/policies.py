@@ -1,6 +1,6 @@
 """Policies any candidate-set environment can use as they are: random, first candidate, repeat-last, and
 "first offered candidate of these kinds" trivial policies. Environments add their teacher, oracle and
-expert in their own package."""
+expert in their own package; `EnvSpec` adds the generic ones (`GENERIC`) to every environment itself."""
 
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ class RepeatLast(Policy):
                 return self.last[1]
         self.last = (chosen.key, format_action(chosen.id))
         return self.last[1]
+
+
+# Every environment's generic policies, which EnvSpec adds with their roles: random (the floor) and two trivial ones.
+GENERIC = {p.name: p for p in (RandomPolicy, FirstCandidate, RepeatLast)}
+GENERIC_TRIVIAL = ("first_candidate", "repeat_last")  # listed after an environment's own trivial policies
 
 
 def first_of_kinds(name: str, kinds: tuple[str, ...], fallback: str, doc: str = "") -> type[Policy]:

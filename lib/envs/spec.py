@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Environment, Policy
+from .policies import GENERIC, GENERIC_TRIVIAL
 
 # An attack of one kind, at a state: (env, seed, split, history, observation) -> every (history of the state it
 # is played at, the completion text). The anti-hacking suite scores each against the worst legal action there.
@@ -29,11 +30,15 @@ class EnvSpec:
 
     - `make_env()` builds a fresh environment (one per concurrent episode); its class's `weights` name every
       reward component with its weight.
-    - `policies` maps every scripted policy's name to its class.
+    - `policies` maps every scripted policy's name to its class (given as the classes, each is under its
+      `name`). The generic policies (`policies.GENERIC`: random, first_candidate, repeat_last) are added here: an
+      environment names only its own.
     - `roles` maps each reported policy to its role, in report order: exactly one `teacher` (writes the SFT
       corpus; the default GRPO reference), one `oracle` (reads hidden state: the ceiling) and one `random` (the
       floor); other `baseline`s; and `trivial` policies (degenerate answers a trained policy must beat).
-      Policies without a role (helpers) are not reported.
+      Policies without a role (helpers) are not reported. The generic policies get theirs here: `random` first,
+      first_candidate and repeat_last last as `trivial`, unless the environment's roles place them.
+      `policies` then lists the policies in report order, helpers last.
     - `anti_cheat_rules`: every rule the environment enforces (the `anti_cheat` an ended episode's info names).
     - `harmful_attacks`: format-perfect but harmful answers by kind (see `Attack`); the malformed attacks are
       generic.
@@ -43,13 +48,21 @@ class EnvSpec:
 
     name: str
     make_env: Callable[[], Environment]
-    policies: Mapping[str, type[Policy]]
+    policies: Mapping[str, type[Policy]] | Iterable[type[Policy]]
     roles: Mapping[str, str]
     anti_cheat_rules: tuple[str, ...]
     harmful_attacks: Mapping[str, Attack]
     vocabulary: Callable[[], str]
+    description: str = ""  # one line, for the OpenEnv manifest (lib/serve/manifest.py writes openenv.yaml from it)
 
     def __post_init__(self) -> None:
+        roles = {"random": "random", **self.roles} | {
+            name: "trivial" for name in GENERIC_TRIVIAL if name not in self.roles
+        }
+        own = self.policies if isinstance(self.policies, Mapping) else {p.name: p for p in self.policies}
+        defined = {**GENERIC, **own}
+        object.__setattr__(self, "roles", roles)
+        object.__setattr__(self, "policies", {n: defined[n] for n in roles if n in defined} | defined)
         missing = sorted(set(self.roles) - set(self.policies))
         if missing:
             raise ValueError(f"environment {self.name!r} gives roles to policies it does not define: {missing}")

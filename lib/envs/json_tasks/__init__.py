@@ -18,6 +18,11 @@ from .scenario import vocabulary_text
 from .task import Task, literal
 from .tasks_file import TasksFileError, load_tasks
 
+DESCRIPTION = (
+    "Schema-bound structured output, built one field at a time from offered candidates (look a value up, set it, "
+    "submit) and validated with jsonschema; synthetic records and tool-call requests"
+)
+
 
 def _words(tasks: list[Task]) -> str:
     """Every text a prompt or a candidate of these tasks can show."""
@@ -53,6 +58,7 @@ def make_spec(tasks: str | None = None) -> EnvSpec:
         anti_cheat_rules=ANTI_CHEAT_RULES,
         harmful_attacks=HARMFUL_ATTACKS,
         vocabulary=lambda: words,
+        description=DESCRIPTION,
     )
 
 
@@ -64,6 +70,7 @@ SPEC = EnvSpec(
     anti_cheat_rules=ANTI_CHEAT_RULES,
     harmful_attacks=HARMFUL_ATTACKS,
     vocabulary=vocabulary,
+    description=DESCRIPTION,
 )
 
 __all__ = ["SPEC", "JsonTasksEnv", "TasksFileError", "make_spec", "render"]

@@ -10,30 +10,16 @@ with one JSON object naming a candidate.
 from __future__ import annotations
 
 import json
-import random
-from dataclasses import dataclass
 from typing import Any
 
 from ..base import Candidate, Environment
+from .observation import Observation
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import generate
 from .task import Task, literal
 
 COPIES_SCHEMA = "copies_schema"
-
-
-@dataclass(frozen=True)
-class Observation:
-    instruction: str
-    prompt: str
-    schema: dict[str, Any]
-    obj: tuple[tuple[str, Any], ...]  # the object built so far: schema fields in schema order, then others
-    looked_up: tuple[tuple[str, Any], ...]  # what the records tool returned, in the order asked
-    step: int
-    budget: int
-    last: str
-    candidates: tuple[Candidate, ...]
 
 
 def budget_of(task: Task) -> int:
@@ -48,6 +34,7 @@ class JsonTasksEnv(Environment):
     name = "json_tasks"
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
+    renderer = staticmethod(render)
 
     def __init__(self, tasks: dict[str, tuple[Task, ...]] | None = None, source: str = ""):
         self.tasks, self.source = tasks, source
@@ -88,9 +75,6 @@ class JsonTasksEnv(Environment):
         self._last = f"set {field} to {literal(value)}"
         return None, None
 
-    def _after_step(self) -> str | None:
-        return "budget" if self._steps >= self.budget else None
-
     def _score(self, exploit: str | None) -> dict[str, float]:
         return terminal_components(self.task, self.obj, self._steps, exploit)
 
@@ -98,28 +82,18 @@ class JsonTasksEnv(Environment):
         info["submitted"] = self._ordered_obj()
         info["schema_errors"] = self.task.errors(self.obj)[:5]
 
-    def state(self) -> dict[str, Any]:
-        """Debugging and oracle view: it holds HIDDEN state (the gold object and the records tool's values)."""
+    def _hidden(self) -> dict[str, Any]:
+        """HIDDEN state: the gold object and the records tool's values."""
         t = self.task
         return {
-            "env": self.name,
-            "seed": self.seed,
-            "split": self.split,
-            "step": self._steps,
             "budget": self.budget,
-            "done": self._done,
-            "history": list(self.history),
             "family": t.family,
             "schema": t.schema,
             "gold": dict(t.gold),
             "lookup": dict(t.lookup),
             "object": self._ordered_obj(),
             "looked_up": dict(self.looked_up),
-            "return_so_far": self._total,
         }
-
-    def render(self, observation: Observation) -> list[dict[str, str]]:
-        return render(observation)
 
     # ---- hidden state (the oracle may read it; models may not) ---------------------------------------
     @property
@@ -156,9 +130,7 @@ class JsonTasksEnv(Environment):
             ]
             found.append(Candidate("submit", "submit", (), "hand the object in"))
             self._offered[key] = found
-        found = list(self._offered[key])
-        random.Random(self._internal * 1009 + self._steps).shuffle(found)
-        return tuple(found)
+        return self._shuffled(list(self._offered[key]))
 
     def _ordered_obj(self) -> dict[str, Any]:
         fields = self.task.fields

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key
+from ..policies import by_key
 from .scenario import AIRPORTS, MONTHS
 from .task import field_kind, literal, normalise, schema_copies
 
@@ -352,22 +352,8 @@ class CopyFirstValue(Policy):
         )
 
 
-POLICIES = {
-    p.name: p
-    for p in (
-        RandomPolicy,
-        HeuristicExtractor,
-        OraclePolicy,
-        EvidenceExpert,
-        EmptyObject,
-        SchemaDefaults,
-        CopyFirstValue,
-        FirstCandidate,
-        RepeatLast,
-    )
-}
-TRIVIAL = ("empty_object", "schema_defaults", "copy_first_value", "first_candidate", "repeat_last")
-# Each reported policy's role (EnvSpec.roles), in report order.
-ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
-    TRIVIAL, "trivial"
-)
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (HeuristicExtractor, OraclePolicy, EvidenceExpert, EmptyObject, SchemaDefaults, CopyFirstValue)
+TRIVIAL = ("empty_object", "schema_defaults", "copy_first_value")
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
+ROLES = {"heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(TRIVIAL, "trivial")

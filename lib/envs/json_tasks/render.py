@@ -8,12 +8,10 @@ the object built so far as JSON.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .observation import Observation
 from .task import literal
-
-if TYPE_CHECKING:
-    from .env import Observation
 
 SYSTEM_PROMPT = (
     "You build a JSON object that must validate under the schema shown, one field per step, from the text. "

@@ -21,6 +21,8 @@ SPEC = EnvSpec(
     anti_cheat_rules=ANTI_CHEAT_RULES,
     harmful_attacks=HARMFUL_ATTACKS,
     vocabulary=vocabulary,
+    description="Medication review of a seeded patient over a knowledge base of real drugs (research data, not "
+    "clinical advice); answers are JSON naming an offered candidate",
 )
 
 __all__ = ["SPEC", "PolyGuardEnv", "render"]

@@ -7,15 +7,14 @@ with one JSON object naming a candidate.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
 from typing import Any
 
 from ..base import Candidate, Environment
 from .kb import KnowledgeBase, default_kb
+from .observation import Finding, Observation
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
-from .scenario import Patient, Problem, detect_problems, generate, renal_applies
+from .scenario import Problem, detect_problems, generate, renal_applies
 
 ACTION_TEXT = {
     "gather": "gather evidence on {}",
@@ -29,32 +28,11 @@ ACTION_TEXT = {
 MAX_ALTERNATIVES_SHOWN = 2
 
 
-@dataclass(frozen=True)
-class Finding:
-    drug: str
-    kind: str  # interaction | renal | contraindication | duplicate | alternative | clear
-    other: str  # the other drug, the condition, or ""
-    detail: str  # severity, renal action, class, or screening verdict ("ok" or the problem)
-    text: str
-
-
-@dataclass(frozen=True)
-class Observation:
-    patient: Patient
-    regimen: tuple[tuple[str, str, str], ...]  # (drug, dose, indication)
-    slots: tuple[int, ...]  # the stable number shown for each regimen drug; action ids refer to it
-    evidence: tuple[Finding, ...]
-    monitored: tuple[str, ...]
-    notes: tuple[str, ...]
-    candidates: tuple[Candidate, ...]
-    step: int
-    budget: int
-
-
 class PolyGuardEnv(Environment):
     name = "polyguard"
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
+    renderer = staticmethod(render)
 
     def __init__(self, kb: KnowledgeBase | None = None):
         self.kb = kb or default_kb()
@@ -76,9 +54,6 @@ class PolyGuardEnv(Environment):
         self._valid = 0
         self._final: frozenset[Problem] = frozenset()
         self._evidence_cache: dict[str, tuple[Finding, ...]] = {}
-
-    def _after_step(self) -> str | None:
-        return "budget" if self._steps >= self.budget else None
 
     def _score(self, exploit: str | None) -> dict[str, float]:
         components, self._final = terminal_components(
@@ -106,29 +81,19 @@ class PolyGuardEnv(Environment):
         (unsafe_end)."""
         return exploit or ("unsafe_end" if components.get("anti_cheat", 0.0) < 0 else None)
 
-    def state(self) -> dict[str, Any]:
+    def _hidden(self) -> dict[str, Any]:
         return {
-            "env": self.name,
-            "seed": self.seed,
-            "split": self.split,
-            "step": self._steps,
             "budget": self.budget,
-            "done": self._done,
-            "history": list(self.history),
             "regimen": dict(self.regimen),
             "gathered": sorted(self.gathered),
             "monitored": sorted(self.monitored),
             "patient": self.patient.__dict__,
             "problems": [p.__dict__ for p in sorted(self.current_problems(), key=_problem_key)],
-            "return_so_far": self._total,
         }
 
     def current_problems(self) -> frozenset[Problem]:
         """Hidden state: the problems in the current regimen (the oracle may read this; models may not)."""
         return detect_problems(self.kb, self.patient, self.regimen)
-
-    def render(self, observation: Observation) -> list[dict[str, str]]:
-        return render(observation)
 
     # ---- dynamics -------------------------------------------------------------------------------
     def _signature(self) -> tuple:
@@ -279,8 +244,9 @@ class PolyGuardEnv(Environment):
             if drug not in self.monitored:
                 raw.append((f"monitor:{slot}", ("monitor", drug)))
         raw += [("review", ("review",)), ("finish", ("finish",))]
-        random.Random(self._internal * 1009 + self._steps).shuffle(raw)
-        return tuple(Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in raw)
+        return tuple(
+            Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in self._shuffled(raw)
+        )
 
     def _observe(self) -> Observation:
         evidence = tuple(f for drug in self.regimen if drug in self.gathered for f in self._evidence(drug))

@@ -100,12 +100,36 @@ def _require(ok: bool, name: str, line: int, message: str) -> None:
 def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
     """Read and validate the six CSV files. Raises KnowledgeBaseError naming the offending row."""
     directory = Path(directory)
+    conditions = _conditions(directory)
+    drugs = _drugs(directory, conditions)
+    interactions = _interactions(directory, drugs)
+    renal = _renal(directory, drugs)
+    contraindications = _contraindications(directory, drugs, conditions)
+    alternatives = _alternatives(directory, drugs)
+    by_indication: dict[str, list[str]] = {}
+    for drug in drugs.values():
+        by_indication.setdefault(drug.indication, []).append(drug.name)
+    return KnowledgeBase(
+        conditions=conditions,
+        drugs=drugs,
+        interactions=interactions,
+        renal=renal,
+        contraindications=contraindications,
+        alternatives={k: tuple(v) for k, v in alternatives.items()},
+        drugs_by_indication={k: tuple(v) for k, v in by_indication.items()},
+    )
+
+
+def _conditions(directory: Path) -> dict[str, str]:
     conditions: dict[str, str] = {}
     for line, r in _rows(directory, "conditions.csv"):
         _require(r["kind"] in ("treated", "history"), "conditions.csv", line, f"kind {r['kind']!r} not treated/history")
         _require(r["condition"] not in conditions, "conditions.csv", line, f"duplicate condition {r['condition']!r}")
         conditions[r["condition"]] = r["kind"]
+    return conditions
 
+
+def _drugs(directory: Path, conditions: dict[str, str]) -> dict[str, Drug]:
     drugs: dict[str, Drug] = {}
     for line, r in _rows(directory, "drugs.csv"):
         _require(r["drug"] not in drugs, "drugs.csv", line, f"duplicate drug {r['drug']!r}")
@@ -116,14 +140,18 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
             f"indication {r['indication']!r} is not a treated condition in conditions.csv",
         )
         drugs[r["drug"]] = Drug(r["drug"], r["drug_class"], r["indication"])
+    return drugs
 
-    def known(name: str, line: int, drug: str, field: str) -> None:
-        _require(drug in drugs, name, line, f"{field} {drug!r} is not in drugs.csv")
 
+def _known(drugs: dict[str, Drug], name: str, line: int, drug: str, field: str) -> None:
+    _require(drug in drugs, name, line, f"{field} {drug!r} is not in drugs.csv")
+
+
+def _interactions(directory: Path, drugs: dict[str, Drug]) -> dict[frozenset, Interaction]:
     interactions: dict[frozenset, Interaction] = {}
     for line, r in _rows(directory, "interactions.csv"):
-        known("interactions.csv", line, r["drug_a"], "drug_a")
-        known("interactions.csv", line, r["drug_b"], "drug_b")
+        _known(drugs, "interactions.csv", line, r["drug_a"], "drug_a")
+        _known(drugs, "interactions.csv", line, r["drug_b"], "drug_b")
         pair = frozenset((r["drug_a"], r["drug_b"]))
         _require(len(pair) == 2, "interactions.csv", line, "a drug cannot interact with itself")
         _require(pair not in interactions, "interactions.csv", line, f"pair {sorted(pair)} listed twice")
@@ -141,10 +169,13 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
         interactions[pair] = Interaction(
             r["drug_a"], r["drug_b"], r["severity"], r["mechanism"], r["management"], reserved
         )
+    return interactions
 
+
+def _renal(directory: Path, drugs: dict[str, Drug]) -> dict[str, RenalRule]:
     renal: dict[str, RenalRule] = {}
     for line, r in _rows(directory, "renal_rules.csv"):
-        known("renal_rules.csv", line, r["drug"], "drug")
+        _known(drugs, "renal_rules.csv", line, r["drug"], "drug")
         _require(r["drug"] not in renal, "renal_rules.csv", line, f"second rule for {r['drug']!r}")
         _require(
             r["egfr_below"].isdigit() and 0 < int(r["egfr_below"]) < 150,
@@ -156,10 +187,13 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
             r["action"] in ("reduce", "avoid"), "renal_rules.csv", line, f"action {r['action']!r} not reduce/avoid"
         )
         renal[r["drug"]] = RenalRule(r["drug"], int(r["egfr_below"]), r["action"], r["note"])
+    return renal
 
+
+def _contraindications(directory: Path, drugs: dict[str, Drug], conditions: dict[str, str]) -> dict[str, dict]:
     contraindications: dict[str, dict[str, str]] = {}
     for line, r in _rows(directory, "contraindications.csv"):
-        known("contraindications.csv", line, r["drug"], "drug")
+        _known(drugs, "contraindications.csv", line, r["drug"], "drug")
         _require(
             r["condition"] in conditions,
             "contraindications.csv",
@@ -173,11 +207,14 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
             f"{r['drug']} cannot be contraindicated in its own indication",
         )
         contraindications.setdefault(r["drug"], {})[r["condition"]] = r["reason"]
+    return contraindications
 
+
+def _alternatives(directory: Path, drugs: dict[str, Drug]) -> dict[str, list[str]]:
     alternatives: dict[str, list[str]] = {}
     for line, r in _rows(directory, "alternatives.csv"):
-        known("alternatives.csv", line, r["drug"], "drug")
-        known("alternatives.csv", line, r["alternative"], "alternative")
+        _known(drugs, "alternatives.csv", line, r["drug"], "drug")
+        _known(drugs, "alternatives.csv", line, r["alternative"], "alternative")
         _require(
             drugs[r["drug"]].indication == drugs[r["alternative"]].indication,
             "alternatives.csv",
@@ -186,19 +223,7 @@ def load_kb(directory: Path | str = DATA_DIR) -> KnowledgeBase:
         )
         _require(r["alternative"] not in alternatives.get(r["drug"], []), "alternatives.csv", line, "duplicate row")
         alternatives.setdefault(r["drug"], []).append(r["alternative"])
-
-    by_indication: dict[str, list[str]] = {}
-    for drug in drugs.values():
-        by_indication.setdefault(drug.indication, []).append(drug.name)
-    return KnowledgeBase(
-        conditions=conditions,
-        drugs=drugs,
-        interactions=interactions,
-        renal=renal,
-        contraindications=contraindications,
-        alternatives={k: tuple(v) for k, v in alternatives.items()},
-        drugs_by_indication={k: tuple(v) for k, v in by_indication.items()},
-    )
+    return alternatives
 
 
 @lru_cache(maxsize=1)

@@ -4,7 +4,7 @@ the trivial policies. Every policy answers with the canonical action text, like 
 from __future__ import annotations
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, by_kind, first_of_kinds
+from ..policies import GENERIC_TRIVIAL, by_key, by_kind, first_of_kinds
 from .env import PolyGuardEnv
 from .scenario import detect_problems
 
@@ -155,30 +155,17 @@ MonitorEverything = first_of_kinds(
 )
 ReviewEveryStep = first_of_kinds("review_every_step", ("review",), "finish", "Asks for a pharmacist review every step.")
 
-POLICIES = {
-    p.name: p
-    for p in (
-        RandomPolicy,
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysFinish,
-        StopEverything,
-        FirstCandidate,
-        RepeatLast,
-        ReviewEveryStep,
-        MonitorEverything,
-    )
-}
-TRIVIAL = (
-    "always_finish",
-    "stop_everything",
-    "first_candidate",
-    "repeat_last",
-    "review_every_step",
-    "monitor_everything",
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysFinish,
+    StopEverything,
+    ReviewEveryStep,
+    MonitorEverything,
 )
-# Each reported policy's role (EnvSpec.roles), in report order.
-ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
-    TRIVIAL, "trivial"
-)
+# the generic trivial policies where PolyGuard's reports have always listed them
+TRIVIAL = ("always_finish", "stop_everything", *GENERIC_TRIVIAL, "review_every_step", "monitor_everything")
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
+ROLES = {"heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(TRIVIAL, "trivial")

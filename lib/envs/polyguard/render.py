@@ -5,10 +5,7 @@ SFT data, GRPO rollouts, evaluation and post-save inference all call `render`; `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .env import Observation
+from .observation import Observation
 
 SYSTEM_PROMPT = (
     "Review this regimen for medication safety. Gather evidence first; prefer a safe substitute to stopping a "

@@ -41,6 +41,8 @@ SPEC = EnvSpec(
     anti_cheat_rules=ANTI_CHEAT_RULES,
     harmful_attacks=HARMFUL_ATTACKS,
     vocabulary=vocabulary,
+    description="A scheduler runs a GPU cluster of jobs with priorities and deadlines while some of the workers that "
+    "report progress lie",
 )
 
 __all__ = ["SPEC", "SentinelClusterEnv", "render"]

@@ -9,7 +9,7 @@ with return 0:
 
 `HARMFUL_ATTACKS` plays answers that break them, plus an allocation naming a GPU that does not exist (an id
 never offered, so it is invalid). The generic suite scores each against the worst legal action at the same
-state; tests/test_env_sentinel_cluster.py checks the same with the teacher finishing every episode.
+state; tests/test_env_contract.py checks the same with the teacher finishing every episode.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ reports, its own verify results and worker telemetry it asked for; never a worke
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from ..base import Candidate, Environment
@@ -37,6 +36,7 @@ class SentinelClusterEnv(Environment):
     name = "sentinel_cluster"
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
+    renderer = staticmethod(render)
 
     # ---- the episode (the base class runs reset and step) ---------------------------------------
     def _begin(self, internal_seed: int) -> None:
@@ -68,18 +68,11 @@ class SentinelClusterEnv(Environment):
     def _score(self, exploit: str | None) -> dict[str, float]:
         return terminal_components(self.jobs, self.workers, self.held_ticks, self.useful_ticks, exploit)
 
-    def state(self) -> dict[str, Any]:
-        """Debugging and oracle view. It CONTAINS HIDDEN STATE (worker behaviours, true progress, who lied):
-        never show it to a policy that is meant to see only the observation."""
+    def _hidden(self) -> dict[str, Any]:
+        """HIDDEN state: worker behaviours, true progress, who lied."""
         return {
-            "env": self.name,
-            "seed": self.seed,
-            "split": self.split,
-            "step": self._steps,
             "tick": self.tick,
             "horizon": self.horizon,
-            "done": self._done,
-            "history": list(self.history),
             "behaviours": {w.name: w.behaviour for w in self.workers},
             "gpus": {
                 g.name: {
@@ -103,11 +96,7 @@ class SentinelClusterEnv(Environment):
                 }
                 for j in self.jobs
             },
-            "return_so_far": self._total,
         }
-
-    def render(self, observation: Observation) -> list[dict[str, str]]:
-        return render(observation)
 
     # ---- hidden truth the oracle reads ------------------------------------------------------------
     def job(self, name: str) -> Job:
@@ -346,5 +335,6 @@ class SentinelClusterEnv(Environment):
         raw += [(f"verify:{view.name}", ("verify", view.name)) for view in claims]
         raw += [(f"info:{w.name}", ("info", w.name)) for w in self.workers]
         raw.append(("wait", ("wait",)))
-        random.Random(self._internal * 1009 + self._steps).shuffle(raw)
-        return tuple(Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in raw)
+        return tuple(
+            Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in self._shuffled(raw)
+        )

@@ -5,7 +5,7 @@ deterministic given the episode seed. Registered in `SPEC.policies` (see __init_
 from __future__ import annotations
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, by_kind, first_of_kinds
+from ..policies import by_key, by_kind, first_of_kinds
 from .env import AUDIT_COOLDOWN, CHURN_TICKS, SentinelClusterEnv
 from .state import Observation
 
@@ -274,24 +274,19 @@ AlwaysAllocate = first_of_kinds(
     "offered GPU whenever it can, trusting every report; else waits.",
 )
 
-POLICIES = {
-    p.name: p
-    for p in (
-        RandomPolicy,
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysWait,
-        AlwaysVerify,
-        AlwaysInfo,
-        AlwaysPreempt,
-        AlwaysAllocate,
-        RoundRobinWorkers,
-        FirstCandidate,
-        RepeatLast,
-        AllocateThenAudit,
-    )
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysWait,
+    AlwaysVerify,
+    AlwaysInfo,
+    AlwaysPreempt,
+    AlwaysAllocate,
+    RoundRobinWorkers,
+    AllocateThenAudit,
+)
 TRIVIAL = (
     "always_wait",
     "always_verify",
@@ -299,12 +294,9 @@ TRIVIAL = (
     "always_preempt",
     "always_allocate",
     "round_robin",
-    "first_candidate",
-    "repeat_last",
 )
-# Each reported policy's role (EnvSpec.roles), in report order.
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
 ROLES = {
-    "random": "random",
     "heuristic": "teacher",
     "oracle": "oracle",
     "evidence_expert": "baseline",

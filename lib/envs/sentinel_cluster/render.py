@@ -7,12 +7,7 @@ fits a small model's context (README.md has the measured lengths).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .state import AUDIT_COOLDOWN, IDLE_LIMIT
-
-if TYPE_CHECKING:
-    from .state import JobView, Observation, WorkerView
+from .state import AUDIT_COOLDOWN, IDLE_LIMIT, JobView, Observation, WorkerView
 
 SYSTEM_PROMPT = (
     "Schedule jobs on a GPU cluster; each answer takes one tick. Workers report progress and say when a job is "

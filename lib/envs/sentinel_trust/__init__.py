@@ -22,6 +22,8 @@ SPEC = EnvSpec(
     anti_cheat_rules=ANTI_CHEAT_RULES,
     harmful_attacks=HARMFUL_ATTACKS,
     vocabulary=vocabulary,
+    description="An orchestrator hands subtasks to five specialists of hidden, unequal reliability (one turns on high "
+    "stakes) and learns whom to trust and when to check",
 )
 
 __all__ = ["SPEC", "SentinelTrustEnv", "render"]

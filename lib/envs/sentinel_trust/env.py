@@ -8,10 +8,10 @@ and a shuffled set of candidate actions with ids; the policy answers with one JS
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from ..base import Candidate, Environment
+from .observation import Observation, SlotEvidence
 from .render import render
 from .reward import INVALID_PENALTY, WEIGHTS, terminal_components
 from .scenario import (
@@ -43,54 +43,11 @@ _CANDIDATES = (
 )
 
 
-@dataclass(frozen=True)
-class SlotEvidence:
-    """What the orchestrator has seen of one slot: (right, calls) per stakes band and per domain, the last
-    outcomes (True = right), how many wrong answers its checks caught, and the steps one call took (0 until
-    called)."""
-
-    slot: str
-    steps_per_call: int
-    bands: tuple[tuple[int, int], ...]
-    domains: tuple[tuple[int, int], ...]
-    recent: tuple[bool, ...]
-    caught: int
-
-    @property
-    def calls(self) -> int:
-        return sum(n for _, n in self.bands)
-
-    @property
-    def right(self) -> int:
-        return sum(r for r, _ in self.bands)
-
-
-@dataclass(frozen=True)
-class Observation:
-    level: int
-    index: int  # the current subtask, 0-based
-    subtasks: int
-    domain: str
-    stakes: float
-    band: str
-    upcoming: tuple[int, ...]  # subtasks after this one, per stakes band
-    budget_left: int
-    budget: int
-    verify_allowance: int
-    tally: tuple[int, int, int]  # subtasks ended right, wrong, skipped
-    failed_here: tuple[str, ...]  # slots whose answer to this subtask a check caught wrong
-    slots: tuple[SlotEvidence, ...]
-    solo: tuple[int, int]  # (right, tries) of solving alone
-    last: str  # what the previous step did
-    streak: tuple[str, int]  # the kind of the last legal action and how many times in a row it was taken
-    candidates: tuple[Candidate, ...]
-    step: int
-
-
 class SentinelTrustEnv(Environment):
     name = "sentinel_trust"
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
+    renderer = staticmethod(render)
 
     # ---- the episode (the base class runs reset and step) ---------------------------------------
     def _begin(self, internal_seed: int) -> None:
@@ -143,29 +100,18 @@ class SentinelTrustEnv(Environment):
             "unfinished": self.outcomes.count(None)
         }
 
-    def state(self) -> dict[str, Any]:
-        """Debugging and oracle view: it holds HIDDEN state (which behaviour sits behind each slot, every
-        subtask's outcome). Never show it to a policy that is not labelled as reading hidden state."""
+    def _hidden(self) -> dict[str, Any]:
+        """HIDDEN state: which behaviour sits behind each slot, every subtask's outcome."""
         return {
-            "env": self.name,
-            "seed": self.seed,
-            "split": self.split,
-            "step": self._steps,
-            "done": self._done,
             "level": self.scenario.level,
             "budget": self.budget,
             "budget_left": self.budget_left,
             "index": self.index,
-            "history": list(self.history),
             "assignment": dict(zip(SLOTS, self.scenario.assignment)),
             "adversary_from": self.scenario.variant.adversary_from,
             "outcomes": list(self.outcomes),
             "calls": list(self.calls),
-            "return_so_far": self._total,
         }
-
-    def render(self, observation: Observation) -> list[dict[str, str]]:
-        return render(observation)
 
     # ---- hidden state (the oracle may read it; models may not) ---------------------------------------
     def success_probability(self, slot: int) -> float:
@@ -276,9 +222,7 @@ class SentinelTrustEnv(Environment):
     def _candidates(self) -> tuple[Candidate, ...]:
         """Every action is offered every step; ids name the action ("verify:S2") and the list order is shuffled
         per step, so position carries no meaning, and only offered ids are legal."""
-        order = list(_CANDIDATES)
-        random.Random(self._internal * 1009 + self._steps).shuffle(order)
-        return tuple(order)
+        return self._shuffled(list(_CANDIDATES))
 
     def _observe(self) -> Observation:
         s, i = self.scenario, self.index

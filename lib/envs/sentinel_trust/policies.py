@@ -5,7 +5,7 @@ like a model would; all are deterministic given the episode seed. Listed in `SPE
 from __future__ import annotations
 
 from ..base import Policy, format_action
-from ..policies import FirstCandidate, RandomPolicy, RepeatLast, by_key, first_of_kinds
+from ..policies import by_key, first_of_kinds
 from .beliefs import slot_beliefs
 from .reward import WEIGHTS
 from .scenario import SKIP_COST, SLOTS, SOLVE_ACCURACY, SOLVE_COST, VERIFY_EXTRA
@@ -148,24 +148,19 @@ AlwaysSolve = first_of_kinds("always_solve", ("solve",), "solve", "Solves every 
 AlwaysVerify = first_of_kinds("always_verify", ("verify",), "verify", "Verifies every answer (first listed slot).")
 AlwaysSkip = first_of_kinds("always_skip", ("skip",), "skip", "Skips every subtask.")
 
-POLICIES = {
-    p.name: p
-    for p in (
-        RandomPolicy,
-        HeuristicPolicy,
-        OraclePolicy,
-        EvidenceExpert,
-        AlwaysSolve,
-        AlwaysDelegateS0,
-        AlwaysVerify,
-        AlwaysSkip,
-        RoundRobin,
-        SolveWithinRules,
-        VerifyWithinRules,
-        FirstCandidate,
-        RepeatLast,
-    )
-}
+# The environment's own policies (EnvSpec adds the generic ones: random, first_candidate, repeat_last).
+POLICIES = (
+    HeuristicPolicy,
+    OraclePolicy,
+    EvidenceExpert,
+    AlwaysSolve,
+    AlwaysDelegateS0,
+    AlwaysVerify,
+    AlwaysSkip,
+    RoundRobin,
+    SolveWithinRules,
+    VerifyWithinRules,
+)
 TRIVIAL = (
     "always_solve",
     "always_delegate_s0",
@@ -174,10 +169,6 @@ TRIVIAL = (
     "round_robin",
     "solve_within_rules",
     "verify_within_rules",
-    "first_candidate",
-    "repeat_last",
 )
-# Each reported policy's role (EnvSpec.roles), in report order.
-ROLES = {"random": "random", "heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(
-    TRIVIAL, "trivial"
-)
+# Each reported policy's role (EnvSpec.roles), in report order (EnvSpec adds random first, the generic trivial last).
+ROLES = {"heuristic": "teacher", "oracle": "oracle", "evidence_expert": "baseline"} | dict.fromkeys(TRIVIAL, "trivial")

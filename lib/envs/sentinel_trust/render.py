@@ -6,12 +6,8 @@ The history is summarised into per-slot counts, so the prompt stays short (under
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .observation import Observation, SlotEvidence
 from .scenario import BANDS, DOMAINS
-
-if TYPE_CHECKING:
-    from .env import Observation, SlotEvidence
 
 SYSTEM_PROMPT = (
     "You run a job by handing its subtasks, one at a time, to specialists S0-S4 whose reliability differs and is "

@@ -1,0 +1,22 @@
+"""The tiny run the training tests start from, typed once: a test file takes `MICRO` (corpus, SFT and GRPO at their
+smallest) and `MICRO_EVAL` (evaluation and export at their smallest) and changes only what its tests are about."""
+
+MICRO = {
+    "corpus.sft_episodes": 10,
+    "corpus.grpo_prompts": 16,
+    "sft.epochs": 1,
+    "sft.batch_size": 8,
+    "grpo.max_steps": 2,
+    "grpo.batch_size": 8,
+    "grpo.num_generations": 4,
+    "grpo.validate_every": 0,  # the validation curve has its own test
+}
+MICRO_EVAL = {
+    "eval.episodes": 6,
+    "eval.train_episodes": 3,
+    "eval.ablation_episodes": 3,
+    "eval.ablations": ["sampled"],
+    "eval.bootstrap_resamples": 200,
+    "export.check_prompts": 3,
+    "export.postsave_episodes": 2,
+}

@@ -11,6 +11,7 @@ from lib import imports
 from lib.config import ConfigError, load_config
 from lib.envs import UnknownEnvironmentError, builtin_names, get_spec
 from lib.envs.spec import EnvSpec
+from tests import micro
 
 TOY = "tests.toyenv"
 
@@ -153,25 +154,18 @@ def test_a_spec_naming_a_policy_it_does_not_define_is_refused():
         spec.make_policy("ghost")
 
 
-MICRO = {
+# the shared tiny run (tests/micro.py) on the toy environment, with what differs from it
+TOY_RUN = {
+    **micro.MICRO,
+    **micro.MICRO_EVAL,
     "env": TOY,
     "corpus.grpo_rollout_policies": None,  # the profile names PolyGuard's policies; unset: the toy's teacher, random
     "corpus.sft_episodes": 20,
     "corpus.grpo_prompts": 8,
-    "sft.epochs": 1,
-    "sft.batch_size": 8,
     "sft.logging_steps": 1,
-    "grpo.max_steps": 2,
-    "grpo.batch_size": 8,
-    "grpo.num_generations": 4,
-    "grpo.validate_every": 0,  # the validation curve has its own test
     "eval.episodes": 8,
     "eval.train_episodes": 4,
     "eval.ablation_episodes": 4,
-    "eval.ablations": ["sampled"],
-    "eval.bootstrap_resamples": 200,
-    "export.check_prompts": 3,
-    "export.postsave_episodes": 2,
 }
 
 
@@ -182,7 +176,7 @@ def test_a_toy_environment_outside_lib_runs_the_whole_pipeline(tmp_path):
     from lib.pipeline.stages import STAGE_NAMES, run_stage
     from lib.runs import Run
 
-    config = load_config("cpu-smoke", MICRO)
+    config = load_config("cpu-smoke", TOY_RUN)
     run = Run(tmp_path / "toy-run", config)
     results = {stage: run_stage(stage, config, run) for stage in STAGE_NAMES}
     verdict = results["report"]["verdict"]

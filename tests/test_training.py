@@ -547,6 +547,11 @@ def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained
     implied = [validation_drop(curve[: k + 1], 0.0) for k in range(1, 3)]
     expected = [f"step {a['step']}: {a['kind']}: {a['message']}" for a in implied if a]
     assert record["metrics"]["alarms"] == expected and record["metrics"]["stopped_early"] is False
+    # the levels the curve is drawn against: the teacher and the oracle on the same validation seeds
+    levels = json.loads((run.dir / "grpo" / "validation_references.json").read_text())
+    assert levels["n"] == 4 and levels["split"] == "train"
+    assert levels["teacher"]["policy"] == config.spec.teacher and levels["oracle"]["policy"] == config.spec.oracle
+    assert all(0 <= levels[role]["mean_return"] <= 1 for role in ("teacher", "oracle"))
     assert all(p["n"] == 4 and 0 <= p["mean_return"] <= 1 and p["ci95"][0] <= p["mean_return"] for p in curve)
     best = max(curve, key=lambda p: (p["mean_return"], -p["step"]))
     metrics = record["metrics"]

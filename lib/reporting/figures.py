@@ -16,6 +16,7 @@ BASELINES = "baselines/baselines.json"
 SFT_LOG = "sft/train_log.jsonl"
 GRPO_LOG = "grpo/train_log.jsonl"
 VALIDATION = "grpo/validation.jsonl"
+VALIDATION_REFERENCES = "grpo/validation_references.json"  # lib/training/validation.py: REFERENCES
 EVAL = "evaluate/eval.json"
 EPISODES = "evaluate/episodes.jsonl"
 ANTI_HACKING = "evaluate/anti_hacking_report.json"

@@ -3,12 +3,13 @@ zero-spread groups, exploration per step, and GRPO's validation curve."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .figures import GRPO_LOG, SFT_LOG, VALIDATION, _figure, _read, _rows
+from .figures import EVAL, GRPO_LOG, SFT_LOG, VALIDATION, VALIDATION_REFERENCES, _figure, _read, _rows
 
 
 def sft_loss(run_dir: Path) -> Figure:
@@ -71,7 +72,8 @@ def exploration(run_dir: Path) -> Figure:
 
 def validation_curve(run_dir: Path) -> Figure:
     """GRPO's learning curve: greedy closed-loop return (95% CI) on the validation seeds against the step, the SFT
-    start at step 0, and the kept (best) step marked."""
+    start at step 0, the kept (best) step marked, the teacher's and the oracle's return on the same seeds, and,
+    once the run is evaluated, the kept adapter's holdout return (its own seeds: beside the curve, not on it)."""
     points = sorted(_read(run_dir, VALIDATION), key=lambda p: p["step"])
     if not points:
         raise ValueError(f"{VALIDATION} has no points")
@@ -82,6 +84,26 @@ def validation_curve(run_dir: Path) -> Figure:
     best = max(points, key=lambda p: (p["mean_return"], -p["step"]))
     ax.axhline(points[0]["mean_return"], color="grey", linestyle="--", linewidth=0.8, label="SFT (step 0)")
     ax.scatter([best["step"]], [best["mean_return"]], s=120, facecolors="none", edgecolors="red", label="best")
+    references = _optional(run_dir, VALIDATION_REFERENCES)
+    for role, color in (("teacher", "tab:orange"), ("oracle", "tab:green")):
+        if references and role in references:
+            level = references[role]
+            ax.axhline(level["mean_return"], color=color, linewidth=1, label=f"{role} ({level['policy']})")
+    evaluated = _optional(run_dir, EVAL)
+    if evaluated and "grpo" in evaluated["splits"].get("holdout", {}).get("policies", {}):
+        final = evaluated["splits"]["holdout"]["policies"]["grpo"]
+        low, high = final["ci95"]
+        kept = (_optional(run_dir, "grpo/stage.json") or {}).get("metrics", {}).get("kept_step", steps[-1])
+        ax.errorbar(
+            [kept], [final["mean_return"]], yerr=[[final["mean_return"] - low], [high - final["mean_return"]]],
+            fmt="D", color="black", capsize=4, label=f"kept adapter (step {kept}) on holdout ({final['n']} seeds)",
+        )  # fmt: skip
     ax.set(title=f"GRPO validation curve ({points[0]['n']} episodes)", xlabel="GRPO step", ylabel="mean return")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="best")
     return figure
+
+
+def _optional(run_dir: Path, name: str) -> dict | None:
+    """A JSON file of the run that may not exist yet (evaluation runs after GRPO; older runs lack the levels)."""
+    path = Path(run_dir) / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

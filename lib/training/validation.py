@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 from ..io import atomic_write_text
 
 VALIDATION_SEED_OFFSET = 500_000  # far above any corpus seed, inside the train split's seed block
+REFERENCES = "validation_references.json"  # the teacher's and the oracle's return on the validation seeds
 
 
 def validation_seeds(episodes: int) -> range:
@@ -97,7 +98,21 @@ class ValidationCallback(TrainerCallback):
             f"step {self.best['step']})"
         )
 
+    def _references(self) -> None:
+        """The teacher's and the oracle's mean return on the same validation seeds (scripted, milliseconds): the
+        levels the curve is drawn against (`grpo/validation_references.json`)."""
+        from ..evaluation.closed_loop import run_policy_episodes, summarize
+
+        spec, seeds = self.config.spec, validation_seeds(self.config.grpo.validation_episodes)
+        levels = {}
+        for role in ("teacher", "oracle"):
+            name = getattr(spec, role)
+            summary = summarize(*run_policy_episodes(spec, name, seeds, "train"), resamples=1000)
+            levels[role] = {"policy": name, "mean_return": summary["mean_return"], "ci95": summary["ci95"]}
+        atomic_write_text(self.out / REFERENCES, json.dumps({"split": "train", "n": len(seeds), **levels}) + "\n")
+
     def on_train_begin(self, args, state, control, **kwargs):
+        self._references()
         self._validate(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):

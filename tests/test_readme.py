@@ -31,6 +31,21 @@ def test_every_generated_table_is_what_the_summary_command_prints_for_its_commit
         assert block["body"].strip() == run_results(REPO / runs[0]).strip(), f"README block for {runs[0]} is stale"
 
 
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|home|root|work|Users)/")  # where a run was made, not what it is
+
+
+def test_no_committed_run_file_names_the_machine_it_ran_on():
+    """Executed notebooks print working folders and interpreters: a committed run keeps them relative to the repo."""
+    found = []
+    for run in committed_runs():
+        for path in sorted(
+            p for p in run.rglob("*") if p.is_file() and p.suffix in (".ipynb", ".json", ".jsonl", ".md")
+        ):
+            if MACHINE_PATH.search(path.read_text(encoding="utf-8", errors="replace")):
+                found.append(str(path.relative_to(REPO)))
+    assert not found, found
+
+
 def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
     committed = {run.name for run in committed_runs()}
     # a run id in its default form (date-time-profile) anywhere in the README, and any committed run it names

@@ -37,6 +37,28 @@ def read_json(path: Path | str):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_records(path: Path | str) -> list[dict]:
+    """A JSON-lines log the workbook appends to (validation points, alarms): [] when it does not exist yet; a
+    damaged line is an error naming the file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+    return records
+
+
+def append_record(path: Path | str, record: dict) -> None:
+    """Append one record to a JSON-lines log, atomically: the whole file is rewritten through a temporary file."""
+    lines = [json.dumps(r) for r in read_records(path)] + [json.dumps(record)]
+    atomic_write_text(Path(path), "\n".join(lines) + "\n")
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:

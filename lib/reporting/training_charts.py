@@ -3,7 +3,6 @@ zero-spread groups, exploration per step, and GRPO's validation curve."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +103,5 @@ def validation_curve(run_dir: Path) -> Figure:
 
 
 def _optional(run_dir: Path, name: str) -> dict | None:
-    """A JSON file of the run that may not exist yet (evaluation runs after GRPO; older runs lack the levels)."""
-    path = Path(run_dir) / name
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """A file of the run that may not exist yet (evaluation runs after GRPO; older runs lack the levels)."""
+    return _read(Path(run_dir), name) if (Path(run_dir) / name).is_file() else None

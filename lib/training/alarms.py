@@ -14,13 +14,12 @@ record lists the alarms and whether the run stopped early (`lib/training/grpo.py
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..io import atomic_write_text
+from ..io import append_record, read_records
 from .validation import read_curve
 
 ZERO_STD_WINDOW = 10
@@ -50,17 +49,7 @@ def groups_stopped_varying(fractions: list[float], threshold: float, window: int
 
 
 def read_alarms(grpo_dir: Path) -> list[dict]:
-    path = Path(grpo_dir) / ALARMS_FILE
-    if not path.is_file():
-        return []
-    alarms = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                alarms.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
-    return alarms
+    return read_records(Path(grpo_dir) / ALARMS_FILE)
 
 
 class CollapseAlarm(TrainerCallback):
@@ -76,8 +65,7 @@ class CollapseAlarm(TrainerCallback):
         if (alarm["kind"], alarm["step"]) in self.raised:
             return
         self.raised.add((alarm["kind"], alarm["step"]))
-        lines = [json.dumps(a) for a in read_alarms(self.out)] + [json.dumps(alarm)]
-        atomic_write_text(self.out / ALARMS_FILE, "\n".join(lines) + "\n")
+        append_record(self.out / ALARMS_FILE, alarm)
         print(f"ALARM ({alarm['kind']}, step {alarm['step']}): {alarm['message']}", flush=True)
         warnings.warn(f"GRPO {alarm['kind']} at step {alarm['step']}: {alarm['message']}", stacklevel=2)
         if self.g.stop_on_alarm:

@@ -9,14 +9,13 @@ from the holdout splits by construction and from every corpus seed. Each point (
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
-from ..io import atomic_write_text
+from ..io import append_record, atomic_write_json, read_records
 
 VALIDATION_SEED_OFFSET = 500_000  # far above any corpus seed, inside the train split's seed block
 REFERENCES = "validation_references.json"  # the teacher's and the oracle's return on the validation seeds
@@ -28,18 +27,7 @@ def validation_seeds(episodes: int) -> range:
 
 def read_curve(path: Path) -> list[dict]:
     """The validation points of a run, in step order (`grpo/validation.jsonl`)."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    points = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            points.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
-    return sorted(points, key=lambda p: p["step"])
+    return sorted(read_records(path), key=lambda p: p["step"])
 
 
 def best_point(points: list[dict]) -> dict | None:
@@ -81,8 +69,7 @@ class ValidationCallback(TrainerCallback):
             model.train(was_training)
         summary = summarize(episodes, actions, resamples=1000)
         point = {"step": step, **{k: summary[k] for k in ("n", "mean_return", "ci95", "invalid_rate")}}
-        lines = [json.dumps(p) for p in read_curve(self.path)] + [json.dumps(point)]
-        atomic_write_text(self.path, "\n".join(lines) + "\n")
+        append_record(self.path, point)
         self.done_steps.add(step)
         if self.best is None or point["mean_return"] > self.best["mean_return"]:
             self.best = point
@@ -109,7 +96,7 @@ class ValidationCallback(TrainerCallback):
             name = getattr(spec, role)
             summary = summarize(*run_policy_episodes(spec, name, seeds, "train"), resamples=1000)
             levels[role] = {"policy": name, "mean_return": summary["mean_return"], "ci95": summary["ci95"]}
-        atomic_write_text(self.out / REFERENCES, json.dumps({"split": "train", "n": len(seeds), **levels}) + "\n")
+        atomic_write_json(self.out / REFERENCES, {"split": "train", "n": len(seeds), **levels})
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._references()

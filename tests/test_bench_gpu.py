@@ -78,3 +78,25 @@ def test_bench_gpu_with_modes_writes_one_json_and_fails_when_a_mode_fails(tmp_pa
     assert main(["bench-gpu", "--modes", "never", "--out", str(out), "--set", "grpo.max_steps=3"]) == 1
     assert "never: FAILED (exit 1):\nboom" in capsys.readouterr().out
     assert seen[1][1][-2:] == ["--set", "grpo.max_steps=3"]
+
+
+def test_the_op_table_reads_the_time_of_the_device_it_ran_on(monkeypatch):
+    """torch 2.x names a GPU op's own time `self_device_time_total`; the H100 bench of 2026-11-26 read the old
+    `self_cuda_time_total`, which is gone, and every row of its tables said 0.0 ms."""
+    from types import SimpleNamespace
+
+    from lib.bench import recorders
+
+    events = [
+        SimpleNamespace(key="mm", count=3, self_cpu_time_total=1000.0, self_device_time_total=9000.0),
+        SimpleNamespace(key="add", count=5, self_cpu_time_total=4000.0, self_device_time_total=2000.0),
+    ]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    monkeypatch.setattr(recorders, "cuda_available", lambda: True)
+    assert recorders.top_ops(prof) == [
+        {"op": "mm", "calls": 3, "self_cuda_ms": 9.0},
+        {"op": "add", "calls": 5, "self_cuda_ms": 2.0},
+    ]
+    monkeypatch.setattr(recorders, "cuda_available", lambda: False)
+    assert [row["op"] for row in recorders.top_ops(prof)] == ["add", "mm"]
+    assert recorders.top_ops(prof)[0]["self_cpu_ms"] == 4.0

@@ -477,3 +477,23 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
         )
         assert cli.returncode == 2 and "DamagedRunError" in cli.stderr and str(path) in cli.stderr
         assert "Traceback" not in cli.stderr
+
+
+def test_a_policy_loaded_for_play_goes_to_the_gpu_when_there_is_one(done, monkeypatch):
+    """from_pretrained loads on the CPU and only the trainers move a model: the H100 bench of 2026-11-26 played its
+    evaluation on the CPU (1.2 episodes/s, 64 MB of GPU memory). A loaded policy is sent to CUDA where CUDA exists,
+    and stays where it is on a CPU-only machine."""
+    import torch
+
+    import lib.inference as inference
+
+    config, run = done
+    model_dir = run.read_stage("sft")["outputs"]["model"]
+    moved = []
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or self)
+    monkeypatch.setattr(inference, "cuda_available", lambda: False)
+    inference.load_policy_model(model_dir, config.model)
+    assert moved == []
+    monkeypatch.setattr(inference, "cuda_available", lambda: True)
+    model, _, _ = inference.load_policy_model(model_dir, config.model)
+    assert moved == [("cuda",)] and not model.training

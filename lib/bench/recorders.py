@@ -19,7 +19,8 @@ def sync() -> None:
 
 def top_ops(prof, rows: int = 15) -> list[dict]:
     device = "cuda" if cuda_available() else "cpu"
-    key = f"self_{device}_time_total"
+    # torch 2.x keeps a GPU's time as self_device_time_total (self_cuda_time_total is gone: every row read 0.0)
+    key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
     events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:rows]
     return [{"op": e.key, "calls": e.count, f"self_{device}_ms": round(getattr(e, key, 0.0) / 1000, 3)} for e in events]
 

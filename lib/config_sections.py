@@ -120,6 +120,20 @@ class SFTStageConfig(Strict):
         description="recompute activations in the backward pass (TRL's "
         "default): less memory, one more forward per step",
     )
+    check_episodes: int = Field(
+        20,
+        ge=0,
+        description="the imitation check after training: the teacher plays this many validation episodes and the "
+        "SFT model's greedy candidate is compared with the teacher's at each state (lib/training/imitation.py); 0: "
+        "no check",
+    )
+    collapse_margin: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="the check calls SFT collapsed when it chooses its most frequent action this much more often "
+        "than the teacher chooses that action",
+    )
 
 
 class GRPOStageConfig(Strict):

@@ -6,6 +6,7 @@ MICRO = {
     "corpus.grpo_prompts": 16,
     "sft.epochs": 1,
     "sft.batch_size": 8,
+    "sft.check_episodes": 3,  # the imitation check on 3 teacher episodes (its own tests: tests/test_imitation.py)
     "grpo.max_steps": 2,
     "grpo.batch_size": 8,
     "grpo.num_generations": 4,

@@ -79,6 +79,13 @@ def test_sft_counts_the_tokens_it_trained_on(trained):
     assert sft["train_tokens"] == max(r["num_tokens"] for r in logs if "num_tokens" in r) > 0
 
 
+def test_sft_checks_its_saved_model_against_the_teacher_at_the_teachers_states(trained):
+    check = trained.read_stage("sft")["metrics"]["imitation"]
+    assert check["episodes"] == 3 and check["states"] >= 3
+    assert 0 <= check["agreement"] <= 1 and check["teacher_top_share"] <= 1
+    assert check["collapsed"] == (check["top_share"] - check["teacher_top_share"] >= check["margin"])
+
+
 def test_same_seed_same_sft_loss_curve_on_cpu(trained, tmp_path):
     config, run = _fresh(trained, tmp_path)
     again = run_sft(config, run)

@@ -143,6 +143,18 @@ def _alarm_lines(run_dir: Path) -> list[str]:
     ]
 
 
+def _imitation_lines(run_dir: Path) -> list[str]:
+    """The SFT stage's imitation check (lib/training/imitation.py), said first when SFT collapsed onto one action."""
+    from ..training.imitation import describe
+
+    path = run_dir / "sft" / "stage.json"
+    metrics = read_json_record(path, "the sft stage record").get("metrics", {}) if path.is_file() else {}
+    check = metrics.get("imitation")
+    if not check or not check.get("collapsed"):
+        return []
+    return [f"**{describe(check)}.** GRPO starts from this policy.", ""]
+
+
 def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
     """Write report.md from eval.json, the anti-hacking report, post-save results, the charts and the gate verdict."""
     run_dir = Path(run_dir)
@@ -162,6 +174,7 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         f"`{manifest['config']['grpo'].get('mode', 'step')}`. "
         f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
         "",
+        *_imitation_lines(run_dir),
         *_alarm_lines(run_dir),
         "## Gate checks",
         "",

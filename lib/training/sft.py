@@ -14,11 +14,13 @@ from datasets import Dataset
 from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
+from ..inference import load_policy_model
 from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length
 from .harness import JsonlLogger, precision_flags, save_atomically, tracking_args
+from .imitation import announce, imitation_check
 
 
 def _sft_dataset(rows: list[dict]) -> Dataset:
@@ -108,6 +110,13 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     tokens = int(trainer.state.num_input_tokens_seen) or max(
         (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
     )
+    imitation = None
+    if config.sft.check_episodes and is_main():  # the saved model, as every later stage loads it
+        policy, policy_tokenizer, _ = load_policy_model(model_dir, config.model)
+        imitation = imitation_check(
+            config.spec, policy, policy_tokenizer, config.sft.check_episodes, config.sft.collapse_margin
+        )
+        announce(imitation)
     return run.stage_done(
         "sft",
         started=started,
@@ -127,5 +136,6 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
             "weights_sha256": weights_sha256(model_dir),
             "full_finetune": not adapter,
+            "imitation": imitation,
         },
     )

@@ -1,60 +1,67 @@
 """The SFT stage's imitation check (lib/training/imitation.py): agreement with the teacher at the teacher's own
-states, and a collapse onto one action said loudly, in the stage record and first in the report."""
+states, and a collapse onto one action in the policy's own episodes, said loudly, in the stage record and first in
+the report."""
 
 import json
 import warnings
 
 import pytest
 
+import lib.candidates as candidates
 import lib.training.imitation as imitation
-from lib.envs import get_spec
+from lib.config import load_config
 from lib.reporting.report import _imitation_lines
 
-SPEC = get_spec("tests.toyenv")
+CONFIG = load_config("cpu-smoke", {"env": "tests.toyenv", "corpus.grpo_rollout_policies": None})
+LOADED = (None, None, {"path": "a stand-in for the model"})
 
 
-def _scorer(pick):
-    """A stand-in for the model's candidate scores: 0 for the answer `pick(prompt, answers)` names, -5 elsewhere."""
+def _scorer(monkeypatch, pick):
+    """The model's candidate scores, stood in for both where the check reads them (at the teacher's states and in
+    the policy's own episodes): 0 for the answer `pick(prompt)` names, -5 elsewhere."""
 
     def score(model, tokenizer, prompts, answer_lists):
-        return [[0.0 if a == pick(p, answers) else -5.0 for a in answers] for p, answers in zip(prompts, answer_lists)]
+        return [[0.0 if a == pick(p) else -5.0 for a in answers] for p, answers in zip(prompts, answer_lists)]
 
-    return score
+    monkeypatch.setattr(imitation, "score_answers", score)
+    monkeypatch.setattr(candidates, "score_answers", score)
 
 
 def test_a_policy_that_answers_like_the_teacher_agrees_everywhere_and_has_not_collapsed(monkeypatch):
-    rows = imitation.teacher_rows(SPEC, imitation.validation_seeds(8))
+    rows = imitation.teacher_rows(CONFIG.spec, imitation.validation_seeds(8))
     teacher = {json.dumps(prompt): f'{{"action": "{chosen}"}}' for prompt, _, _, chosen in rows}
-    monkeypatch.setattr(imitation, "score_answers", _scorer(lambda prompt, answers: teacher[json.dumps(prompt)]))
+    _scorer(monkeypatch, lambda prompt: teacher[json.dumps(prompt)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", imitation.CollapseWarning)
-        check = imitation.imitation_check(SPEC, None, None, episodes=8, margin=0.3)
+        check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
         imitation.announce(check)
-    assert check["states"] == len(rows) == 8 * 3 and check["agreement"] == 1.0
+    assert check["teacher_states"] == len(rows) == check["played_actions"] == 8 * 3 and check["agreement"] == 1.0
     assert check["top_share"] == check["teacher_top_share"] and not check["collapsed"]
+    assert check["distinct_actions"] == check["teacher_distinct_actions"]
     assert "COLLAPSED" not in imitation.describe(check)
 
 
 def test_a_policy_that_always_answers_one_option_is_called_collapsed_and_warns(monkeypatch, capsys):
-    monkeypatch.setattr(imitation, "score_answers", _scorer(lambda prompt, answers: '{"action": "opt:0"}'))
-    check = imitation.imitation_check(SPEC, None, None, episodes=8, margin=0.3)
+    _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
+    # choosing one option twice in a row is the toy's exploit: the policy's own episodes end after two steps
     assert check["top_action"] == "opt:0" and check["top_share"] == 1.0 and check["distinct_actions"] == 1
-    assert check["teacher_top_share"] < 0.7 and check["collapsed"]
+    assert check["played_actions"] == 16 and check["teacher_top_share"] < 0.5 and check["collapsed"]
     with pytest.warns(imitation.CollapseWarning, match="COLLAPSED onto one action"):
         imitation.announce(check)
-    assert "'opt:0', at 100% of them" in capsys.readouterr().out
+    assert "it chose 'opt:0' at 100% of its 16 steps" in capsys.readouterr().out
 
 
 def test_the_margin_decides_what_a_collapse_is(monkeypatch):
-    monkeypatch.setattr(imitation, "score_answers", _scorer(lambda prompt, answers: '{"action": "opt:0"}'))
-    share = imitation.imitation_check(SPEC, None, None, episodes=8, margin=0.3)
-    gap = share["top_share"] - share["teacher_top_share"]
-    assert not imitation.imitation_check(SPEC, None, None, episodes=8, margin=min(1.0, gap + 0.01))["collapsed"]
+    _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
+    gap = check["top_share"] - check["teacher_top_share"]
+    assert not imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=min(1.0, gap + 0.01))["collapsed"]
 
 
 def test_the_report_says_a_collapse_first_and_nothing_otherwise(tmp_path, monkeypatch):
-    monkeypatch.setattr(imitation, "score_answers", _scorer(lambda prompt, answers: '{"action": "opt:0"}'))
-    check = imitation.imitation_check(SPEC, None, None, episodes=4, margin=0.3)
+    _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=4, margin=0.2)
     (tmp_path / "sft").mkdir()
     assert _imitation_lines(tmp_path) == []  # no sft stage record: nothing to say
     (tmp_path / "sft" / "stage.json").write_text(json.dumps({"metrics": {"imitation": check}}))

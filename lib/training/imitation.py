@@ -1,16 +1,19 @@
-"""The SFT stage's imitation check: does the trained policy choose what the teacher chooses at the teacher's own
-states, and has it collapsed onto one action?
+"""The SFT stage's imitation check: does the trained policy choose what the teacher chooses, and has it collapsed
+onto one action?
 
-On `sft.check_episodes` validation seeds (the train split's own block, disjoint from every corpus and holdout seed)
-the teacher plays; at each of its states the saved SFT model scores the offered candidates (lib/candidates.py) and
-its greedy choice is compared with the teacher's. A collapse is the model choosing its most frequent action at
-least `sft.collapse_margin` more often than the teacher chooses that action (the SENTINEL trust reference run of
-2026-11-25 chose `delegate:S0` at every state). The stage records the figures, prints them, and warns loudly on a
-collapse; the report says so before anything else.
+On `sft.check_episodes` validation seeds (the train split's own block, disjoint from every corpus and holdout seed):
+- agreement: the teacher plays, and at each of its states the saved SFT model's most likely candidate
+  (lib/candidates.py) is compared with the teacher's;
+- collapse: the SFT policy plays the same seeds itself, greedy over the candidates, and its most frequent action's
+  share of its actions is compared with the teacher's share of that action in the teacher's episodes. At least
+  `sft.collapse_margin` above is a collapse (the SENTINEL trust reference run of 2026-11-25 chose `delegate:S0`
+  at every step, where the teacher chooses it at about half of its steps).
+The stage records the figures, prints them, and warns loudly on a collapse; the report says so before anything else.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 
@@ -38,22 +41,38 @@ def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], st
     return rows
 
 
-def imitation_check(spec, model, tokenizer, episodes: int, margin: float) -> dict:
-    """The SFT policy's greedy candidate against the teacher's at the teacher's states (see the module doc)."""
-    rows = teacher_rows(spec, validation_seeds(episodes))
+def _action_id(completion: str) -> str:
+    try:
+        return str(json.loads(completion)["action"])
+    except (ValueError, TypeError, KeyError):
+        return completion  # free text that is no answer is its own "action"
+
+
+def imitation_check(config, loaded, episodes: int, margin: float) -> dict:
+    """The SFT policy against the teacher on `episodes` validation seeds (see the module doc); `loaded` is
+    (model, tokenizer, source) as `inference.load_policy_model` returns it."""
+    from ..evaluation.closed_loop import run_model_episodes
+
+    seeds = validation_seeds(episodes)
+    rows = teacher_rows(config.spec, seeds)
     if not rows:
         raise ValueError(f"the teacher's {episodes} validation episodes have no state to check")
+    model, tokenizer, _ = loaded
     scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
     chosen = [ids[max(range(len(s)), key=s.__getitem__)] for (_, _, ids, _), s in zip(rows, scores)]
     teacher = [r[3] for r in rows]
-    top, count = Counter(chosen).most_common(1)[0]
-    top_share = count / len(rows)
-    teacher_share = teacher.count(top) / len(rows)
+    _, actions = run_model_episodes(
+        config, loaded, seeds, "train", desc="sft/imitation check", action_space="candidates"
+    )
+    played = [_action_id(a["completion"]) for a in actions]
+    top, count = Counter(played).most_common(1)[0]
+    top_share, teacher_share = count / len(played), teacher.count(top) / len(teacher)
     return {
         "episodes": episodes,
-        "states": len(rows),
+        "teacher_states": len(rows),
         "agreement": round(sum(a == b for a, b in zip(chosen, teacher)) / len(rows), 4),
-        "distinct_actions": len(set(chosen)),
+        "played_actions": len(played),
+        "distinct_actions": len(set(played)),
         "teacher_distinct_actions": len(set(teacher)),
         "top_action": top,
         "top_share": round(top_share, 4),
@@ -66,9 +85,11 @@ def imitation_check(spec, model, tokenizer, episodes: int, margin: float) -> dic
 def describe(check: dict) -> str:
     """One line for the console, the warning and the report."""
     line = (
-        f"SFT chose the teacher's action at {check['agreement']:.0%} of the teacher's {check['states']} states "
-        f"({check['episodes']} validation episodes); its most frequent action, {check['top_action']!r}, at "
-        f"{check['top_share']:.0%} of them, where the teacher chooses it at {check['teacher_top_share']:.0%}"
+        f"SFT chose the teacher's action at {check['agreement']:.0%} of the teacher's {check['teacher_states']} states "
+        f"({check['episodes']} validation episodes); playing them itself, it chose {check['top_action']!r} at "
+        f"{check['top_share']:.0%} of its {check['played_actions']} steps ({check['distinct_actions']} distinct "
+        f"actions), where the teacher chooses it at {check['teacher_top_share']:.0%} "
+        f"({check['teacher_distinct_actions']} distinct)"
     )
     if check["collapsed"]:
         line += f": COLLAPSED onto one action (at least {check['margin']:.0%} above the teacher: sft.collapse_margin)"

@@ -132,13 +132,13 @@ class SFTStageConfig(Strict):
         "SFT model's greedy candidate is compared with the teacher's at each state (lib/training/imitation.py); 0: "
         "no check",
     )
-    collapse_margin: float = Field(
-        0.2,
+    collapse_ratio: float = Field(
+        0.5,
         gt=0,
         le=1,
-        description="the check calls SFT collapsed when, playing the validation seeds itself, it chooses its most "
-        "frequent action this much more often than the teacher does in its own episodes (measured: healthy PolyGuard "
-        "SFTs differ by about 0.0, a trust SFT that only delegates to S0 and S1 by +0.23)",
+        description="the check calls SFT collapsed when, playing the validation seeds itself, it plays fewer than this "
+        "share of the distinct actions the teacher plays on them (measured: healthy PolyGuard SFTs 10-11 of 11; "
+        "SENTINEL trust SFTs that only delegate to S0 and S1, 2 of 10)",
     )
 
 

@@ -33,35 +33,37 @@ def test_a_policy_that_answers_like_the_teacher_agrees_everywhere_and_has_not_co
     _scorer(monkeypatch, lambda prompt: teacher[json.dumps(prompt)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", imitation.CollapseWarning)
-        check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
+        check = imitation.imitation_check(CONFIG, LOADED, episodes=8, ratio=0.5)
         imitation.announce(check)
     assert check["teacher_states"] == len(rows) == check["played_actions"] == 8 * 3 and check["agreement"] == 1.0
-    assert check["top_share"] == check["teacher_top_share"] and not check["collapsed"]
+    assert check["top_share"] == check["teacher_top_share"] and check["mix_distance"] == 0 and not check["collapsed"]
     assert check["distinct_actions"] == check["teacher_distinct_actions"]
     assert "COLLAPSED" not in imitation.describe(check)
 
 
 def test_a_policy_that_always_answers_one_option_is_called_collapsed_and_warns(monkeypatch, capsys):
     _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
-    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, ratio=0.5)
     # choosing one option twice in a row is the toy's exploit: the policy's own episodes end after two steps
     assert check["top_action"] == "opt:0" and check["top_share"] == 1.0 and check["distinct_actions"] == 1
     assert check["played_actions"] == 16 and check["teacher_top_share"] < 0.5 and check["collapsed"]
-    with pytest.warns(imitation.CollapseWarning, match="COLLAPSED onto one action"):
+    with pytest.warns(imitation.CollapseWarning, match="COLLAPSED onto a few actions"):
         imitation.announce(check)
-    assert "it chose 'opt:0' at 100% of its 16 steps" in capsys.readouterr().out
+    assert "it used 1 distinct actions to the teacher's 4, 'opt:0' at 100% of its 16 steps" in capsys.readouterr().out
 
 
-def test_the_margin_decides_what_a_collapse_is(monkeypatch):
+def test_the_ratio_decides_what_a_collapse_is(monkeypatch):
     _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
-    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=0.2)
-    gap = check["top_share"] - check["teacher_top_share"]
-    assert not imitation.imitation_check(CONFIG, LOADED, episodes=8, margin=min(1.0, gap + 0.01))["collapsed"]
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=8, ratio=0.5)
+    assert check["distinct_actions"] == 1 and check["teacher_distinct_actions"] == 4  # the toy offers four options
+    assert imitation.imitation_check(CONFIG, LOADED, episodes=8, ratio=0.26)["collapsed"]  # 1 < 0.26 x 4
+    assert not imitation.imitation_check(CONFIG, LOADED, episodes=8, ratio=0.25)["collapsed"]  # 1 is not < 1
+    assert check["mix_distance"] == 1 - check["teacher_top_share"]  # all on one action: the rest of the teacher's
 
 
 def test_the_report_says_a_collapse_first_and_nothing_otherwise(tmp_path, monkeypatch):
     _scorer(monkeypatch, lambda prompt: '{"action": "opt:0"}')
-    check = imitation.imitation_check(CONFIG, LOADED, episodes=4, margin=0.2)
+    check = imitation.imitation_check(CONFIG, LOADED, episodes=4, ratio=0.5)
     (tmp_path / "sft").mkdir()
     assert _imitation_lines(tmp_path) == []  # no sft stage record: nothing to say
     (tmp_path / "sft" / "stage.json").write_text(json.dumps({"metrics": {"imitation": check}}))

@@ -4,10 +4,11 @@ onto one action?
 On `sft.check_episodes` validation seeds (the train split's own block, disjoint from every corpus and holdout seed):
 - agreement: the teacher plays, and at each of its states the saved SFT model's most likely candidate
   (lib/candidates.py) is compared with the teacher's;
-- collapse: the SFT policy plays the same seeds itself, greedy over the candidates, and its most frequent action's
-  share of its actions is compared with the teacher's share of that action in the teacher's episodes. At least
-  `sft.collapse_margin` above is a collapse (the SENTINEL trust reference run of 2026-11-25 chose `delegate:S0`
-  at every step, where the teacher chooses it at about half of its steps).
+- collapse: the SFT policy plays the same seeds itself, greedy over the candidates. Playing fewer than
+  `sft.collapse_ratio` of the distinct actions the teacher plays in its own episodes is a collapse onto a few actions
+  (the SENTINEL trust reference run of 2026-11-25 chose `delegate:S0` at every step; the teacher plays ten actions
+  on these seeds). Its most frequent action's share and the total variation between the two action mixes are
+  recorded beside it.
 The stage records the figures, prints them, and warns loudly on a collapse; the report says so before anything else.
 """
 
@@ -48,7 +49,7 @@ def _action_id(completion: str) -> str:
         return completion  # free text that is no answer is its own "action"
 
 
-def imitation_check(config, loaded, episodes: int, margin: float) -> dict:
+def imitation_check(config, loaded, episodes: int, ratio: float) -> dict:
     """The SFT policy against the teacher on `episodes` validation seeds (see the module doc); `loaded` is
     (model, tokenizer, source) as `inference.load_policy_model` returns it."""
     from ..evaluation.closed_loop import run_model_episodes
@@ -65,8 +66,12 @@ def imitation_check(config, loaded, episodes: int, margin: float) -> dict:
         config, loaded, seeds, "train", desc="sft/imitation check", action_space="candidates"
     )
     played = [_action_id(a["completion"]) for a in actions]
-    top, count = Counter(played).most_common(1)[0]
-    top_share, teacher_share = count / len(played), teacher.count(top) / len(teacher)
+    mix, teacher_mix = Counter(played), Counter(teacher)
+    top, count = mix.most_common(1)[0]
+    top_share, teacher_share = count / len(played), teacher_mix[top] / len(teacher)
+    # total variation between the two action mixes: the share of its steps the policy would have to change to act
+    # as often as the teacher does on each action (1 - the teacher's share of its top action, for a full collapse)
+    distance = sum(abs(mix[a] / len(played) - teacher_mix[a] / len(teacher)) for a in mix | teacher_mix) / 2
     return {
         "episodes": episodes,
         "teacher_states": len(rows),
@@ -77,8 +82,9 @@ def imitation_check(config, loaded, episodes: int, margin: float) -> dict:
         "top_action": top,
         "top_share": round(top_share, 4),
         "teacher_top_share": round(teacher_share, 4),
-        "margin": margin,
-        "collapsed": top_share - teacher_share >= margin,
+        "mix_distance": round(distance, 4),
+        "ratio": ratio,
+        "collapsed": len(mix) < ratio * len(teacher_mix),
     }
 
 
@@ -86,13 +92,13 @@ def describe(check: dict) -> str:
     """One line for the console, the warning and the report."""
     line = (
         f"SFT chose the teacher's action at {check['agreement']:.0%} of the teacher's {check['teacher_states']} states "
-        f"({check['episodes']} validation episodes); playing them itself, it chose {check['top_action']!r} at "
-        f"{check['top_share']:.0%} of its {check['played_actions']} steps ({check['distinct_actions']} distinct "
-        f"actions), where the teacher chooses it at {check['teacher_top_share']:.0%} "
-        f"({check['teacher_distinct_actions']} distinct)"
+        f"({check['episodes']} validation episodes); playing them itself, it used {check['distinct_actions']} "
+        f"distinct actions to the teacher's {check['teacher_distinct_actions']}, {check['top_action']!r} at "
+        f"{check['top_share']:.0%} of its {check['played_actions']} steps (the teacher: "
+        f"{check['teacher_top_share']:.0%}); its action mix is {check['mix_distance']:.2f} from the teacher's"
     )
     if check["collapsed"]:
-        line += f": COLLAPSED onto one action (at least {check['margin']:.0%} above the teacher: sft.collapse_margin)"
+        line += f": COLLAPSED onto a few actions (fewer than {check['ratio']:.0%} of the teacher's: sft.collapse_ratio)"
     return line
 
 

@@ -113,7 +113,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     imitation = None
     if config.sft.check_episodes and is_main():  # the saved model, as every later stage loads it
         loaded = load_policy_model(model_dir, config.model)
-        imitation = imitation_check(config, loaded, config.sft.check_episodes, config.sft.collapse_margin)
+        imitation = imitation_check(config, loaded, config.sft.check_episodes, config.sft.collapse_ratio)
         announce(imitation)
     return run.stage_done(
         "sft",

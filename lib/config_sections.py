@@ -137,8 +137,8 @@ class SFTStageConfig(Strict):
         gt=0,
         le=1,
         description="the check calls SFT collapsed when, playing the validation seeds itself, it plays fewer than this "
-        "share of the distinct actions the teacher plays on them (measured: healthy PolyGuard SFTs 10-11 of 11; "
-        "SENTINEL trust SFTs that only delegate to S0 and S1, 2 of 10)",
+        "share of the distinct actions the teacher plays on them (measured, docs/RESULTS.md: SFTs that imitate "
+        "play 10-11 of the teacher's 11; SFTs that learned only the two most frequent answers, 2 of 10)",
     )
 
 

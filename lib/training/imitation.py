@@ -6,8 +6,8 @@ On `sft.check_episodes` validation seeds (the train split's own block, disjoint 
   (lib/candidates.py) is compared with the teacher's;
 - collapse: the SFT policy plays the same seeds itself, greedy over the candidates. Playing fewer than
   `sft.collapse_ratio` of the distinct actions the teacher plays in its own episodes is a collapse onto a few actions
-  (the SENTINEL trust reference run of 2026-11-25 chose `delegate:S0` at every step; the teacher plays ten actions
-  on these seeds). Its most frequent action's share and the total variation between the two action mixes are
+  (a reference run of 2026-11-25 chose one delegation at every step, where its teacher plays ten actions on these
+  seeds; docs/RESULTS.md). Its most frequent action's share and the total variation between the two action mixes are
   recorded beside it.
 The stage records the figures, prints them, and warns loudly on a collapse; the report says so before anything else.
 """

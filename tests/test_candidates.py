@@ -166,3 +166,11 @@ def test_a_tokenizer_that_splits_digits_has_no_token_spanning_two_digits_and_rea
     assert tokens[-4:] == ["0", ".", "6", "3"]
     for text in texts[:1] + ['{"action": "delegate:S0"}']:
         assert split.decode(split(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_pass_size_follows_the_device():
+    from lib.candidates import PASS_TOKENS, pass_tokens
+
+    assert pass_tokens(torch.device("cpu")) == PASS_TOKENS["cpu"] < PASS_TOKENS["cuda"]
+    assert pass_tokens(torch.device("cuda", 0)) == PASS_TOKENS["cuda"]
+    assert pass_tokens(torch.device("meta")) == PASS_TOKENS["cuda"]  # any other accelerator: the large pass

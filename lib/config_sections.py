@@ -125,6 +125,12 @@ class SFTStageConfig(Strict):
         description="recompute activations in the backward pass (TRL's "
         "default): less memory, one more forward per step",
     )
+    prompt_loss: bool = Field(
+        False,
+        description="train on the prompt's tokens too (a language-model loss on every token of the row, TRL's "
+        "completion_only_loss=False), not only on the answer's: the model learns to read the observations it acts "
+        "on; off: the loss is the answer's tokens only",
+    )
     check_episodes: int = Field(
         20,
         ge=0,

@@ -58,7 +58,7 @@ def _sft_args(config: RunConfig, run: Run, out: Path):
         **tracking_args(config, run, "sft"),
         seed=config.seed,
         data_seed=config.seed,
-        completion_only_loss=True,
+        completion_only_loss=not s.prompt_loss,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,
         disable_tqdm=False,

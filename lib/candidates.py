@@ -89,13 +89,8 @@ def score_answers(
     blocking, so scores differ between pass sizes by float rounding only (about 5e-6)."""
     device = next(model.parameters()).device
     max_tokens = max_tokens or pass_tokens(device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows = []
-    for messages, offered in zip(message_batches, answer_batches):
-        tails = [_answer_ids_cached(tokenizer, a) for a in offered]
-        common = _shared_prefix(tails)
-        prompt = prompt_ids(tokenizer, messages)
-        rows.append((prompt + list(tails[0][:common]), len(prompt), common, tails))
+    pad = _pad_id(tokenizer)
+    rows = _rows(tokenizer, message_batches, answer_batches)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
     scores: list[list[float]] = [[] for _ in rows]
     start = 0
@@ -105,12 +100,37 @@ def score_answers(
             end += 1
         batch = order[start:end]
         for index, values in zip(batch, _score_rows(model, [rows[i] for i in batch], pad, device)):
-            scores[index] = values
+            scores[index] = values.tolist()
         start = end
     return scores
 
 
-def _score_rows(model, rows, pad: int, device) -> list[list[float]]:
+def answer_logprobs(
+    model, tokenizer, message_batches: list[list[dict]], answer_batches: list[list[str]]
+) -> list[torch.Tensor]:
+    """`score_answers` with gradients, for a loss over the candidates (`sft.candidate_loss`): one tensor of
+    log-likelihoods (float64) per state, all states in one pass of the two."""
+    device = next(model.parameters()).device
+    return _score_rows(model, _rows(tokenizer, message_batches, answer_batches), _pad_id(tokenizer), device)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _rows(tokenizer, message_batches, answer_batches) -> list[tuple]:
+    """Per state: (its prompt ids then the tokens all its answers share, the prompt's length, how many tokens the
+    answers share, every answer's ids)."""
+    rows = []
+    for messages, offered in zip(message_batches, answer_batches):
+        tails = [_answer_ids_cached(tokenizer, a) for a in offered]
+        common = _shared_prefix(tails)
+        prompt = prompt_ids(tokenizer, messages)
+        rows.append((prompt + list(tails[0][:common]), len(prompt), common, tails))
+    return rows
+
+
+def _score_rows(model, rows, pad: int, device) -> list[torch.Tensor]:
     count, width = len(rows), max(len(r[0]) for r in rows)
     ids = torch.full((count, width), pad, dtype=torch.long)
     for i, (shared, *_) in enumerate(rows):
@@ -165,13 +185,8 @@ def _score_rows(model, rows, pad: int, device) -> list[list[float]]:
     logprobs = model.get_output_embeddings()(torch.stack(vectors)).float().log_softmax(-1)
     picked = logprobs[torch.arange(len(targets), device=logprobs.device), torch.tensor(targets, device=logprobs.device)]
     sums = torch.zeros(total, dtype=torch.double, device=logprobs.device)
-    sums.index_add_(0, torch.tensor(answer_of, device=logprobs.device), picked.double())
-    flat = sums.tolist()
-    result, position = [], 0
-    for *_, tails in rows:
-        result.append(flat[position : position + len(tails)])
-        position += len(tails)
-    return result
+    sums = sums.index_add(0, torch.tensor(answer_of, device=logprobs.device), picked.double())
+    return list(sums.split([len(tails) for *_, tails in rows]))
 
 
 def distribution(logprobs: list[float], temperature: float = 1.0) -> list[float]:

@@ -17,14 +17,19 @@ from ..embedded import source_record
 from ..inference import load_policy_model
 from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
+from .candidate_loss import ROW, candidate_table, with_candidate_loss
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length
 from .harness import JsonlLogger, precision_flags, save_atomically, tracking_args
 from .imitation import announce, imitation_check
 
 
-def _sft_dataset(rows: list[dict]) -> Dataset:
-    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+def _sft_dataset(rows: list[dict], with_rows: bool = False) -> Dataset:
+    """The rows as TRL's prompt-completion dataset; `with_rows`: with each row's corpus index (the candidate loss)."""
+    return Dataset.from_list(
+        [{"prompt": r["prompt"], "completion": r["completion"], **({ROW: i} if with_rows else {})} for i, r in
+         enumerate(rows)]
+    )  # fmt: skip
 
 
 def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
@@ -91,10 +96,14 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     if adapter:
         model, peft = with_lora(model, config.model, backend)
     guard = FiniteLossGuard()
-    trainer = SFTTrainer(
+    weight = config.sft.candidate_loss
+    trainer_class = SFTTrainer
+    if weight:  # train what is scored, beside the tokens (lib/training/candidate_loss.py)
+        trainer_class = with_candidate_loss(SFTTrainer, candidate_table(config.spec, rows), weight)
+    trainer = trainer_class(
         model=model,
         args=_sft_args(config, run, out),
-        train_dataset=_sft_dataset(rows),
+        train_dataset=_sft_dataset(rows, with_rows=bool(weight)),
         processing_class=tokenizer,
         peft_config=peft,
         callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
@@ -105,6 +114,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     model_dir = out / "model"
     save_atomically(trainer, tokenizer, model_dir, merge=adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    candidate_ce = [h["candidate_ce"] for h in trainer.state.log_history if "candidate_ce" in h]
     # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
     # lags behind by up to logging_steps, so it is only the fallback
     tokens = int(trainer.state.num_input_tokens_seen) or max(
@@ -129,6 +139,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None,
             "losses": losses,
+            **({"candidate_ce_first": candidate_ce[0], "candidate_ce_last": candidate_ce[-1]} if candidate_ce else {}),
             "train_tokens": tokens,
             "train_runtime_s": round(runtime, 3),
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,

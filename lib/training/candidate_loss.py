@@ -3,7 +3,7 @@ among the offered candidates, under the same candidate-scoring policy that acts 
 the candidates of each complete answer's log-likelihood).
 
 The token loss teaches the answer's tokens one by one and never says which other offered answers were wrong; a tiny
-model can lower it by learning the frequent answers (SENTINEL trust, json_tasks: docs/RESULTS.md). This loss is the
+model can lower it by learning the frequent answers (measured on two environments: docs/RESULTS.md). This loss is the
 policy's own cross-entropy at the teacher's states, so a gradient step on it moves the teacher's candidate up and the
 others down, by exactly the quantity evaluation ranks them by.
 

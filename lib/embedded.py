@@ -192,6 +192,14 @@ def resolve_model_source(name_or_path: str | Path) -> str:
     return str(name_or_path)
 
 
+def _without_home(folder: Path) -> str:
+    """A folder as a manifest records it: under the home directory as `~/...`, so no user's path is committed."""
+    try:
+        return str(Path("~") / Path(folder).resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return str(folder)
+
+
 def source_record(name_or_path: str | Path) -> dict:
     """What the manifest records about the model a run starts from."""
     name = str(name_or_path)
@@ -201,7 +209,7 @@ def source_record(name_or_path: str | Path) -> dict:
     return {
         "name": name,
         "embedded": True,
-        "folder": str(folder),
+        "folder": _without_home(folder),
         "distribution": f"{record['distribution']}=={record['version']}",
         "license": record["license"],
         "gguf_sha256": record["gguf_sha256"],

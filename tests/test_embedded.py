@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,3 +207,14 @@ def test_every_environment_fits_the_gpu_profile_with_the_real_tokenizer(cache, e
         max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers)
         < config.grpo.max_completion_length
     )
+
+
+def test_the_manifest_record_names_no_users_home(cache, monkeypatch):
+    """The cache usually sits under the home directory; the record shows it as ~/..., and a folder elsewhere as is."""
+    from lib.embedded import source_record
+
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: cache.parent))
+    folder = source_record(NAME)["folder"]
+    assert folder.startswith(f"~/{cache.name}/") and str(cache.parent) not in folder
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: cache / "elsewhere"))
+    assert source_record(NAME)["folder"] == str(ensure_converted(NAME)[0])

@@ -26,10 +26,8 @@ from .imitation import announce, imitation_check
 
 def _sft_dataset(rows: list[dict], with_rows: bool = False) -> Dataset:
     """The rows as TRL's prompt-completion dataset; `with_rows`: with each row's corpus index (the candidate loss)."""
-    return Dataset.from_list(
-        [{"prompt": r["prompt"], "completion": r["completion"], **({ROW: i} if with_rows else {})} for i, r in
-         enumerate(rows)]
-    )  # fmt: skip
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    return dataset.add_column(ROW, list(range(len(rows)))) if with_rows else dataset
 
 
 def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:

@@ -497,3 +497,28 @@ def test_a_policy_loaded_for_play_goes_to_the_gpu_when_there_is_one(done, monkey
     monkeypatch.setattr(inference, "cuda_available", lambda: True)
     model, _, _ = inference.load_policy_model(model_dir, config.model)
     assert moved == [("cuda",)] and not model.training
+
+
+def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(done, tmp_path):
+    from lib.evaluation.evaluate import sft_check
+    from lib.reporting.compare import imitation_chart, imitation_points
+
+    config, run = done
+    report = sft_check(config, run, episodes=4)
+    written = json.loads((run.dir / "sft" / "check_holdout.json").read_text())
+    assert written["sft-teacher"] == report["sft-teacher"] and written["episodes"] == 4
+    sft, teacher = report["policies"]["sft"], report["policies"][config.spec.teacher]
+    assert report["sft-teacher"]["n"] == sft["n"] == teacher["n"] == 4
+    assert report["sft-teacher"]["mean"] == pytest.approx(sft["mean_return"] - teacher["mean_return"])
+    assert report["sft_seconds"] == run.read_stage("sft")["duration_s"] > 0
+    assert 1 <= report["distinct_actions"] and 1 <= report["teacher_distinct_actions"]
+    [point] = imitation_points([run.dir])
+    assert (point["env"], point["sft_minus_teacher"]) == (config.env, report["sft-teacher"]["mean"])
+    assert len(imitation_chart([run.dir]).axes) == 1
+    bare = tmp_path / "no-check"
+    (bare / "sft").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="sft-check"):
+        imitation_points([bare])
+    (bare / "sft" / "check_holdout.json").write_text(json.dumps({**written, "sft_seconds": None}))
+    with pytest.raises(ValueError, match="duration_s"):
+        imitation_points([bare])

@@ -65,6 +65,15 @@ def format_action(candidate_id: str) -> str:
     return json.dumps({"action": candidate_id})
 
 
+def completion_action(completion: str) -> str:
+    """The candidate id an action text names (`format_action`'s inverse), for counting what a policy played; a text
+    that is no such object is its own "action"."""
+    try:
+        return str(json.loads(completion)["action"])
+    except (ValueError, TypeError, KeyError):
+        return completion
+
+
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     keys = [k for k, _ in pairs]
     if len(keys) != len(set(keys)):

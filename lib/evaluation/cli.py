@@ -1,5 +1,6 @@
-"""The verbs of `python -m lib` that play policies and measure them: `baselines` (the scripted and trivial policies)
-and `quickcheck` (a run's SFT and GRPO models against them, closed loop). Registered by lib/__main__.py; heavy imports
+"""The verbs of `python -m lib` that play policies and measure them: `baselines` (the scripted and trivial policies),
+`quickcheck` (a run's SFT and GRPO models against them, closed loop) and `sft-check` (the SFT model alone
+against its teacher, before any GRPO). Registered by lib/__main__.py; heavy imports
 happen only when a verb runs."""
 
 from __future__ import annotations
@@ -50,6 +51,26 @@ def _quickcheck(args) -> int:
     return 0
 
 
+def _sft_check(args) -> int:
+    from ..runs import Run, read_config
+    from .evaluate import sft_check
+
+    config = read_config(args.run_dir)
+    report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split)
+    teacher, d = report["teacher"], report["sft-teacher"]
+    for name, r in report["policies"].items():
+        print(f"{name:<16} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
+    print(
+        f"SFT - {teacher}: {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] on {d['n']} seeds"
+    )
+    print(
+        f"SFT played {report['distinct_actions']} distinct actions (the teacher {report['teacher_distinct_actions']});"
+        f" most played: {', '.join(f'{a} {n}' for a, n in report['top_actions'][:3])}"
+    )
+    print(f"SFT stage: {report['sft_seconds']} s; wrote {Path(args.run_dir) / 'sft' / f'check_{args.split}.json'}")
+    return 0
+
+
 def add_verbs(verbs) -> None:
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
     b.add_argument("--env", default=None, help=env_help())
@@ -65,3 +86,8 @@ def add_verbs(verbs) -> None:
     q.add_argument("--episodes", type=int, default=200)
     q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     q.set_defaults(func=_quickcheck)
+    s = verbs.add_parser("sft-check", help="a run's SFT model alone against its teacher, closed loop, paired by seed")
+    s.add_argument("--run-dir", type=Path, required=True)
+    s.add_argument("--episodes", type=int, default=200)
+    s.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    s.set_defaults(func=_sft_check)

@@ -190,3 +190,39 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
     }
     atomic_write_json(Path(run.dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"), report)
     return report
+
+
+def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
+    """The SFT model alone against its teacher, closed loop on `episodes` seeds of `split`, paired by seed: how close
+    imitation came, what it cost (the sft stage's seconds) and which actions it played (the teacher's count beside).
+    Needs only the sft stage, so a learner can be judged before any GRPO. Writes sft/check_<split>.json."""
+    from collections import Counter
+
+    from ..envs.base import completion_action
+
+    sft = run.read_stage("sft")
+    loaded = load_policy_model(sft["outputs"]["model"], config.model)
+    model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
+    teacher_name = config.spec.teacher
+    teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)
+    sft_returns = {e.seed: e.episode_return for e in model_episodes}
+    teacher_returns = {e.seed: e.episode_return for e in teacher_episodes}
+    played = Counter(completion_action(a["completion"]) for a in model_actions)
+    report = {
+        "env": config.env,
+        "split": split,
+        "episodes": episodes,
+        "teacher": teacher_name,
+        "sft_seconds": sft.get("duration_s"),
+        "policies": {
+            "sft": summarize(model_episodes, model_actions),
+            teacher_name: summarize(teacher_episodes, teacher_actions),
+        },
+        "sft-teacher": paired_difference(sft_returns, teacher_returns),
+        "distinct_actions": len(played),
+        "teacher_distinct_actions": len({completion_action(a["completion"]) for a in teacher_actions}),
+        "top_actions": played.most_common(5),
+        "imitation": sft["metrics"].get("imitation"),
+    }
+    atomic_write_json(Path(run.dir) / "sft" / f"check_{split}.json", report)
+    return report

@@ -50,6 +50,24 @@ def _summary(args) -> int:
     return 0
 
 
+def _imitation_chart(args) -> int:
+    from .compare import imitation_chart, imitation_points
+
+    for p in imitation_points(args.runs, args.split):
+        print(
+            f"{p['env']:<18} {p['run']:<28} SFT {p['sft_seconds']:7.1f} s  SFT - teacher {p['sft_minus_teacher']:+.3f}"
+            f" [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]  actions {p['actions']}"
+        )
+    import io
+
+    from ..io import atomic_write_bytes
+
+    imitation_chart(args.runs, args.split).savefig(buffer := io.BytesIO(), format="png", dpi=110)
+    atomic_write_bytes(args.out, buffer.getvalue())
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _env_table(args) -> int:
     from ..envs import get_spec
     from ..evaluation.baselines import run_baselines
@@ -94,6 +112,13 @@ def add_verbs(verbs) -> None:
     )
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)
+    m = verbs.add_parser(
+        "imitation-chart", help="SFT - teacher against the SFT stage's seconds, per environment (runs' sft-check files)"
+    )
+    m.add_argument("runs", nargs="+", type=Path, help="runs with sft/check_<split>.json (python -m lib sft-check)")
+    m.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    m.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    m.set_defaults(func=_imitation_chart)
     e = verbs.add_parser("env-table", help="an environment README's generated baseline tables, in Markdown")
     e.add_argument("--env", required=True, help=env_help())
     e.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])

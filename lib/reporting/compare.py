@@ -106,3 +106,56 @@ def pair_table(runs: list, splits: tuple[str, ...] = ("holdout", "holdout_novel"
                 f"{gate(a)} | {gate(b)} |"
             )
     return "\n".join(lines)
+
+
+def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
+    """One point per run from its sft/check_<split>.json (`python -m lib sft-check`): environment, run name, the SFT
+    stage's seconds, SFT - teacher with its paired CI, and the distinct actions played against the teacher's."""
+    points = []
+    for run in map(Path, runs):
+        path = run / "sft" / f"check_{split}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: run `python -m lib sft-check --run-dir {run} --split {split}` first")
+        check = json.loads(path.read_text())
+        if check.get("sft_seconds") is None:
+            raise ValueError(f"{path}: the sft stage recorded no duration_s")
+        d = check["sft-teacher"]
+        points.append(
+            {
+                "env": check["env"],
+                "run": run.name,
+                "sft_seconds": float(check["sft_seconds"]),
+                "sft_minus_teacher": d["mean"],
+                "ci95": d["ci95"],
+                "actions": f"{check['distinct_actions']}/{check['teacher_distinct_actions']}",
+            }
+        )
+    return points
+
+
+def imitation_chart(runs: list, split: str = "holdout", bar: float = -0.03):
+    """Imitation against its cost: SFT - teacher (paired 95% CI) against the SFT stage's CPU seconds, one panel per
+    environment, each run a labelled point, the issue's bar (`bar` below the teacher) and the teacher (0) drawn."""
+    import seaborn as sns
+    from matplotlib.figure import Figure
+
+    points = imitation_points(runs, split)
+    envs = sorted({p["env"] for p in points})
+    figure = Figure(figsize=(5.0 * len(envs), 4.2), layout="constrained")
+    axes = figure.subplots(1, len(envs), squeeze=False)[0]
+    palette = sns.color_palette("deep", n_colors=max(len(points), 1))
+    for ax, env in zip(axes, envs):
+        mine = [p for p in points if p["env"] == env]
+        for i, p in enumerate(mine):
+            low, high = p["ci95"]
+            y = p["sft_minus_teacher"]
+            ax.errorbar([p["sft_seconds"]], [y], yerr=[[y - low], [high - y]], fmt="o", capsize=3, color=palette[i])
+            ax.annotate(f"{p['run']} ({p['actions']})", (p["sft_seconds"], y), fontsize=7, xytext=(4, 4),
+                        textcoords="offset points")  # fmt: skip
+        ax.axhline(0.0, color="tab:orange", linewidth=1, label="teacher")
+        ax.axhline(bar, color="grey", linestyle="--", linewidth=0.8, label=f"bar ({bar:+.2f})")
+        ax.set(
+            title=f"{env}: SFT - teacher ({split})", xlabel="SFT stage, CPU seconds", ylabel="mean return difference"
+        )
+        ax.legend(fontsize=7, loc="lower right")
+    return figure

@@ -14,12 +14,11 @@ The stage records the figures, prints them, and warns loudly on a collapse; the 
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import Counter
 
 from ..candidates import answers, score_answers
-from ..envs.base import format_action
+from ..envs.base import completion_action, format_action
 from ..episodes import run_episode
 from .validation import validation_seeds
 
@@ -42,13 +41,6 @@ def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], st
     return rows
 
 
-def _action_id(completion: str) -> str:
-    try:
-        return str(json.loads(completion)["action"])
-    except (ValueError, TypeError, KeyError):
-        return completion  # free text that is no answer is its own "action"
-
-
 def imitation_check(config, loaded, episodes: int, ratio: float) -> dict:
     """The SFT policy against the teacher on `episodes` validation seeds (see the module doc); `loaded` is
     (model, tokenizer, source) as `inference.load_policy_model` returns it."""
@@ -65,7 +57,7 @@ def imitation_check(config, loaded, episodes: int, ratio: float) -> dict:
     _, actions = run_model_episodes(
         config, loaded, seeds, "train", desc="sft/imitation check", action_space="candidates"
     )
-    played = [_action_id(a["completion"]) for a in actions]
+    played = [completion_action(a["completion"]) for a in actions]
     mix, teacher_mix = Counter(played), Counter(teacher)
     top, count = mix.most_common(1)[0]
     top_share, teacher_share = count / len(played), teacher_mix[top] / len(teacher)

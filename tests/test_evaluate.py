@@ -515,6 +515,10 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     [point] = imitation_points([run.dir])
     assert (point["env"], point["sft_minus_teacher"]) == (config.env, report["sft-teacher"]["mean"])
     assert len(imitation_chart([run.dir]).axes) == 1
+    moved = Run(_copy(run, tmp_path), config)
+    shutil.rmtree(moved.dir / "sft" / "model")
+    with pytest.raises(FileNotFoundError, match="SFT model is not there"):
+        sft_check(config, moved, episodes=2)
     bare = tmp_path / "no-check"
     (bare / "sft").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="sft-check"):

@@ -201,7 +201,10 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
     from ..envs.base import completion_action
 
     sft = run.read_stage("sft")
-    loaded = load_policy_model(sft["outputs"]["model"], config.model)
+    model_dir = Path(sft["outputs"]["model"])
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir}: the SFT model is not there (weights removed, or a fork of another run)")
+    loaded = load_policy_model(model_dir, config.model)
     model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
     teacher_name = config.spec.teacher
     teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)

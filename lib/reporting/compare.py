@@ -135,27 +135,27 @@ def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
 
 def imitation_chart(runs: list, split: str = "holdout", bar: float = -0.03):
     """Imitation against its cost: SFT - teacher (paired 95% CI) against the SFT stage's CPU seconds, one panel per
-    environment, each run a labelled point, the issue's bar (`bar` below the teacher) and the teacher (0) drawn."""
+    environment, each run a point named in the panel's legend with the distinct actions it played (the teacher's
+    beside), the teacher (0) and the issue's bar (`bar` below the teacher) drawn."""
     import seaborn as sns
     from matplotlib.figure import Figure
 
     points = imitation_points(runs, split)
     envs = sorted({p["env"] for p in points})
-    figure = Figure(figsize=(5.0 * len(envs), 4.2), layout="constrained")
-    axes = figure.subplots(1, len(envs), squeeze=False)[0]
-    palette = sns.color_palette("deep", n_colors=max(len(points), 1))
+    figure = Figure(figsize=(7.5, 3.6 * len(envs)), layout="constrained")
+    axes = figure.subplots(len(envs), 1, squeeze=False)[:, 0]
     for ax, env in zip(axes, envs):
         mine = [p for p in points if p["env"] == env]
-        for i, p in enumerate(mine):
+        markers = "osD^vP*Xh<>p"
+        for i, (p, color) in enumerate(zip(mine, sns.color_palette("tab20", n_colors=len(mine)))):
             low, high = p["ci95"]
             y = p["sft_minus_teacher"]
-            ax.errorbar([p["sft_seconds"]], [y], yerr=[[y - low], [high - y]], fmt="o", capsize=3, color=palette[i])
-            ax.annotate(f"{p['run']} ({p['actions']})", (p["sft_seconds"], y), fontsize=7, xytext=(4, 4),
-                        textcoords="offset points")  # fmt: skip
+            ax.errorbar(
+                [p["sft_seconds"]], [y], yerr=[[y - low], [high - y]], fmt=markers[i % len(markers)], capsize=3,
+                color=color, label=f"{p['run']} ({p['actions']} actions)",
+            )  # fmt: skip
         ax.axhline(0.0, color="tab:orange", linewidth=1, label="teacher")
         ax.axhline(bar, color="grey", linestyle="--", linewidth=0.8, label=f"bar ({bar:+.2f})")
-        ax.set(
-            title=f"{env}: SFT - teacher ({split})", xlabel="SFT stage, CPU seconds", ylabel="mean return difference"
-        )
-        ax.legend(fontsize=7, loc="lower right")
+        ax.set(title=f"{env}: SFT - teacher ({split})", xlabel="SFT stage, CPU seconds", ylabel="return difference")
+        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return figure

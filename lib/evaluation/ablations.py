@@ -12,7 +12,7 @@ import torch
 
 from ..inference import load_policy_model
 from ..stats import paired_difference
-from .closed_loop import episode_records, run_model_episodes, summarize
+from .closed_loop import episode_records, returns_by_seed, run_model_episodes, summarize
 
 NO_SFT_STAGE = "grpo_no_sft"  # the grpo stage's record of GRPO from the untrained model
 NOT_TRAINED = "not trained in this run"
@@ -52,9 +52,7 @@ def run_ablations(config, run, loaded: dict, holdout_returns: dict, records: lis
         if "veto_k" in kwargs:
             entry["veto_retries_per_action"] = float(np.mean([a["veto_retries"] for a in actions]))
         if baseline is not None:
-            entry["paired_vs_compared"] = paired_difference(
-                {e.seed: e.episode_return for e in episodes}, baseline, resamples=resamples
-            )
+            entry["paired_vs_compared"] = paired_difference(returns_by_seed(episodes), baseline, resamples=resamples)
         results[name] = entry
         records.extend(episode_records(policy_label, episodes, actions, ablation=name))
 

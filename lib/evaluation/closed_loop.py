@@ -95,6 +95,11 @@ def run_policy_episodes(spec: EnvSpec, name: str, seeds, split: str):
     return episodes, actions
 
 
+def returns_by_seed(episodes) -> dict[int, float]:
+    """Each episode's return under its seed: what paired differences and gap closures take."""
+    return {e.seed: e.episode_return for e in episodes}
+
+
 def summarize(episodes: list[Episode], actions: list[dict], resamples: int = 2000) -> dict:
     returns = [e.episode_return for e in episodes]
     components: dict[str, list[float]] = {}

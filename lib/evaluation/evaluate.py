@@ -26,6 +26,7 @@ from .closed_loop import (
     check_provenance,
     episode_records,
     model_artifacts,
+    returns_by_seed,
     roles,
     run_model_episodes,
     run_policy_episodes,
@@ -56,7 +57,7 @@ def _evaluate_split(config, loaded: dict, baseline_names: list[str], split: str,
 
     def add(name: str, kind: str, episodes, actions) -> None:
         summaries[name] = {"kind": kind, **summarize(episodes, actions, resamples)}
-        returns[name] = {e.seed: e.episode_return for e in episodes}
+        returns[name] = returns_by_seed(episodes)
         records.extend(episode_records(name, episodes, actions))
 
     for name, entry in loaded.items():
@@ -164,12 +165,12 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
         loaded = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
         runs = run_model_episodes(config, loaded, seeds, split, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
-        returns[name] = {e.seed: e.episode_return for e in runs[0]}
+        returns[name] = returns_by_seed(runs[0])
     role = roles(config.spec)
     for name in role.values():
         runs = run_policy_episodes(config.spec, name, seeds, split)
         summary[name] = summarize(*runs)
-        returns[name] = {e.seed: e.episode_return for e in runs[0]}
+        returns[name] = returns_by_seed(runs[0])
     grpo = run.read_stage("grpo")["metrics"]
     teacher = returns[role["teacher"]]
     report = {
@@ -208,8 +209,8 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
     model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
     teacher_name = config.spec.teacher
     teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)
-    sft_returns = {e.seed: e.episode_return for e in model_episodes}
-    teacher_returns = {e.seed: e.episode_return for e in teacher_episodes}
+    sft_returns = returns_by_seed(model_episodes)
+    teacher_returns = returns_by_seed(teacher_episodes)
     played = Counter(completion_action(a["completion"]) for a in model_actions)
     report = {
         "env": config.env,

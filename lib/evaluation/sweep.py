@@ -95,7 +95,7 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
     from ..io import atomic_write_json
     from ..runs import Run, read_config
     from ..stats import bootstrap_ci, paired_difference
-    from .closed_loop import model_artifacts, run_model_episodes, run_policy_episodes, split_seeds
+    from .closed_loop import model_artifacts, returns_by_seed, run_model_episodes, run_policy_episodes, split_seeds
 
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, not {episodes}")
@@ -120,7 +120,7 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
         del loaded
         gc.collect()
         weights = adapter_sha256(adapter) if adapter is not None else None
-        returns = {e.seed: e.episode_return for e in found}
+        returns = returns_by_seed(found)
         returns_by_step[step] = returns
         values = [returns[s] for s in seeds]
         points.append(
@@ -140,7 +140,7 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
             }
         )
     teacher = config.spec.teacher
-    by_seed = {e.seed: e.episode_return for e in run_policy_episodes(config.spec, teacher, seeds, split)[0]}
+    by_seed = returns_by_seed(run_policy_episodes(config.spec, teacher, seeds, split)[0])
     taught = [by_seed[s] for s in seeds]
     report = {
         "run_id": run_dir.name,

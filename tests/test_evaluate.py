@@ -500,7 +500,7 @@ def test_a_policy_loaded_for_play_goes_to_the_gpu_when_there_is_one(done, monkey
 
 
 def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(done, tmp_path):
-    from lib.evaluation.evaluate import sft_check
+    from lib.evaluation.evaluate import quick_check, sft_check
     from lib.reporting.compare import imitation_chart, imitation_points
 
     config, run = done
@@ -519,10 +519,25 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     shutil.rmtree(moved.dir / "sft" / "model")
     with pytest.raises(FileNotFoundError, match="SFT model is not there"):
         sft_check(config, moved, episodes=2)
+    with pytest.raises(FileNotFoundError, match="sft model is not there"):  # not a hub lookup of a local path
+        quick_check(config, moved, episodes=2)
+    assert {int(k) for k in report["sft_returns"]} == set(range(4))
+    again = sft_check(config, run, episodes=4, vs=run.dir)  # paired with its own earlier check: the same episodes
+    assert again["vs"]["sft-vs"] == {"mean": 0.0, "ci95": [0.0, 0.0], "n": 4}
     bare = tmp_path / "no-check"
     (bare / "sft").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="sft-check"):
         imitation_points([bare])
+    with pytest.raises(FileNotFoundError, match="no sft-check there"):
+        sft_check(config, run, episodes=2, vs=bare)
     (bare / "sft" / "check_holdout.json").write_text(json.dumps({**written, "sft_seconds": None}))
     with pytest.raises(ValueError, match="duration_s"):
         imitation_points([bare])
+    (bare / "sft" / "check_holdout.json").write_text(
+        json.dumps({k: v for k, v in written.items() if k != "sft_returns"})
+    )
+    with pytest.raises(ValueError, match="per-seed returns"):
+        sft_check(config, run, episodes=2, vs=bare)
+    (bare / "sft" / "check_holdout.json").write_text(json.dumps({**written, "env": "json_tasks"}))
+    with pytest.raises(ValueError, match="within one environment"):
+        sft_check(config, run, episodes=2, vs=bare)

@@ -56,7 +56,7 @@ def _sft_check(args) -> int:
     from .evaluate import sft_check
 
     config = read_config(args.run_dir)
-    report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split)
+    report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split, args.vs)
     teacher, d = report["teacher"], report["sft-teacher"]
     for name, r in report["policies"].items():
         print(f"{name:<16} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
@@ -67,6 +67,12 @@ def _sft_check(args) -> int:
         f"SFT played {report['distinct_actions']} distinct actions (the teacher {report['teacher_distinct_actions']});"
         f" most played: {', '.join(f'{a} {n}' for a, n in report['top_actions'][:3])}"
     )
+    if "vs" in report:
+        v = report["vs"]["sft-vs"]
+        print(
+            f"SFT - the SFT of {args.vs}: {v['mean']:+.3f}  paired ci95 [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]"
+            f" on {v['n']} seeds"
+        )
     print(f"SFT stage: {report['sft_seconds']} s; wrote {Path(args.run_dir) / 'sft' / f'check_{args.split}.json'}")
     return 0
 
@@ -90,4 +96,5 @@ def add_verbs(verbs) -> None:
     s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    s.add_argument("--vs", type=Path, default=None, help="another run checked the same way: pair the two SFTs by seed")
     s.set_defaults(func=_sft_check)

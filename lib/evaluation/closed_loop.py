@@ -6,6 +6,8 @@ Used by the evaluate stage, its ablations, the anti-hacking report, quickcheck, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ..envs import EnvSpec
@@ -181,11 +183,28 @@ def model_artifacts(config, run) -> dict[str, dict]:
     """Where each evaluated model lives: {name: {"model": folder or hub id, "adapter": folder or None}}."""
     sft, grpo = run.read_stage("sft"), run.read_stage("grpo")
     untrained = sft["inputs"]["base"] if is_tiny(config.model) else config.model.name
-    return {
+    artifacts = {
         "untrained": {"model": untrained, "adapter": None},
         "sft": {"model": sft["outputs"]["model"], "adapter": None},
         "grpo": {"model": grpo["outputs"]["base_model"], "adapter": grpo["outputs"]["adapter"]},
     }
+    for name, where in artifacts.items():
+        for kind, path in where.items():
+            _require_in_run(run, path, f"the {name} {kind}")
+    return artifacts
+
+
+def _require_in_run(run, path, what: str) -> None:
+    """A folder the run's records name inside the run must still be there: a clear error, not a hub lookup of a
+    missing local path (a committed run keeps no weights; a fork keeps its parent's records)."""
+    if path is None:
+        return
+    folder = Path(path)
+    inside = Path(run.dir).resolve() in folder.resolve().parents
+    if inside and not folder.is_dir():
+        raise FileNotFoundError(
+            f"{folder}: {what} is not there (weights are not committed with a run; rerun its stage to rebuild it)"
+        )
 
 
 def roles(spec) -> dict[str, str]:

@@ -193,10 +193,12 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
     return report
 
 
-def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
+def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path | None = None) -> dict:
     """The SFT model alone against its teacher, closed loop on `episodes` seeds of `split`, paired by seed: how close
     imitation came, what it cost (the sft stage's seconds) and which actions it played (the teacher's count beside).
-    Needs only the sft stage, so a learner can be judged before any GRPO. Writes sft/check_<split>.json."""
+    Needs only the sft stage, so a learner can be judged before any GRPO. With `vs` (another run checked the same
+    way) it also gives this SFT - that run's SFT, paired by seed: one lever against its baseline arm. Writes
+    sft/check_<split>.json, per-seed returns included."""
     from collections import Counter
 
     from ..envs.base import completion_action
@@ -205,6 +207,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
     model_dir = Path(sft["outputs"]["model"])
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: the SFT model is not there (weights removed, or a fork of another run)")
+    baseline = _checked_returns(Path(vs), config.env, split) if vs is not None else None
     loaded = load_policy_model(model_dir, config.model)
     model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
     teacher_name = config.spec.teacher
@@ -227,6 +230,23 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
         "teacher_distinct_actions": len({completion_action(a["completion"]) for a in teacher_actions}),
         "top_actions": played.most_common(5),
         "imitation": sft["metrics"].get("imitation"),
+        "sft_returns": {str(seed): value for seed, value in sorted(sft_returns.items())},
     }
+    if baseline is not None:
+        report["vs"] = {"run": str(vs), "sft-vs": paired_difference(sft_returns, baseline)}
     atomic_write_json(Path(run.dir) / "sft" / f"check_{split}.json", report)
     return report
+
+
+def _checked_returns(run_dir: Path, env: str, split: str) -> dict[int, float]:
+    """The per-seed SFT returns of another run's sft-check on `split`, for pairing; a clear error when that check
+    is missing, older than per-seed returns, or of another environment."""
+    path = run_dir / "sft" / f"check_{split}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no sft-check there; run python -m lib sft-check --run-dir {run_dir} first")
+    check = json.loads(path.read_text())
+    if check.get("env") != env:
+        raise ValueError(f"{path}: a check on {check.get('env')!r}, not on {env!r}; arms pair within one environment")
+    if "sft_returns" not in check:
+        raise ValueError(f"{path}: written before checks kept per-seed returns; run sft-check on that run again")
+    return {int(seed): value for seed, value in check["sft_returns"].items()}

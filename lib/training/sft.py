@@ -6,6 +6,7 @@ the same function.
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ..embedded import source_record
 from ..inference import load_policy_model
 from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
+from .balance import answer_kinds, balanced, kind_mix
 from .candidate_loss import ROW, candidate_table, with_candidate_loss
 from .corpus import read_jsonl
 from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length
@@ -71,6 +73,18 @@ def _sft_args(config: RunConfig, run: Run, out: Path):
     )
 
 
+def _trained_rows(config: RunConfig, rows: list[dict]) -> tuple[list[dict], dict | None]:
+    """The rows SFT trains on: the corpus's, or with `sft.kind_balance` resampled toward the rare kinds of answer
+    (lib/training/balance.py), with the kind mix before and after for the stage record."""
+    if not config.sft.kind_balance:
+        return rows, None
+    kinds = answer_kinds(config.spec, rows)
+    drawn = balanced(kinds, config.sft.kind_balance, random.Random(f"{config.seed}/kind-balance"))
+    mix = {"corpus": kind_mix(kinds), "trained": kind_mix([kinds[i] for i in drawn])}
+    print(f"sft kind balance {config.sft.kind_balance}: answer kinds {mix['corpus']} -> {mix['trained']}")
+    return [rows[i] for i in drawn], mix
+
+
 def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     from .trl_compat import ensure_logprob_kernel
 
@@ -83,6 +97,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     base = _base_model(config, rows, out)
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
+    rows, kinds = _trained_rows(config, rows)
     answer_tokens = check_answer_length(
         tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
     )
@@ -144,5 +159,6 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "weights_sha256": weights_sha256(model_dir),
             "full_finetune": not adapter,
             "imitation": imitation,
+            "kind_mix": kinds,
         },
     )

@@ -192,6 +192,9 @@ class GRPOStageConfig(Strict):
     )
     top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
     beta: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="gradient clipping: the update's gradient norm is cut to this (TRL's default, 1.0)"
+    )
     epsilon_high: float | None = Field(
         None,
         gt=0,

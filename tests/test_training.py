@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from lib.checkpoints import CorruptCheckpointError, verify_checkpoint
-from lib.config import load_config
+from lib.config import ConfigError, load_config
 from lib.envs.base import format_action
 from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv
@@ -73,6 +73,17 @@ def test_sft_loss_covers_the_prompt_only_when_asked(tmp_path):
         config = _config(**{"sft.prompt_loss": prompt_loss})
         args = _sft_args(config, Run(tmp_path / str(prompt_loss), config), tmp_path / str(prompt_loss))
         assert args.completion_only_loss is (not prompt_loss)
+
+
+def test_grpo_clips_its_gradient_where_the_config_says(tmp_path):
+    """`grpo.max_grad_norm` reaches TRL's GRPOConfig (the Trainer clips each update to it); 0 is refused."""
+    from lib.training.grpo import _grpo_args
+
+    for norm in (1.0, 0.2):
+        config = _config(**{"grpo.max_grad_norm": norm})
+        assert _grpo_args(config, Run(tmp_path / str(norm), config), "grpo", tmp_path, {}).max_grad_norm == norm
+    with pytest.raises(ConfigError, match="max_grad_norm"):
+        _config(**{"grpo.max_grad_norm": 0})
 
 
 def test_sft_is_full_finetune_of_the_tiny_model_and_loss_falls(trained):

@@ -68,6 +68,7 @@ def _grpo_args(config: RunConfig, run: Run, stage: str, out: Path, mode_args: di
         temperature=g.temperature,
         top_k=g.top_k,
         beta=g.beta,
+        max_grad_norm=g.max_grad_norm,
         gradient_checkpointing=g.gradient_checkpointing,
         epsilon_high=g.epsilon_high,
         entropy_coef=g.entropy_coef,

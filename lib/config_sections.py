@@ -61,6 +61,13 @@ class CorpusConfig(Strict):
         description="by how much some candidate's return must "
         "beat the reference's own choice for a state to count as improvable",
     )
+    dagger_from: str | None = Field(
+        None,
+        description="DAgger (lib/training/dagger.py): an earlier run of this environment whose SFT model plays "
+        "dagger_episodes fresh train episodes; the teacher labels every state it reached and those rows join the SFT "
+        "corpus; unset: off",
+    )
+    dagger_episodes: int = Field(150, ge=1, description="episodes the dagger_from model plays for DAgger rows")
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
     hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
     hf_instruction_rows: int = Field(200, ge=1)

@@ -20,6 +20,7 @@ from ..episodes import candidate_returns, run_episode, scripted_policy
 from ..io import atomic_write_text
 from ..models import sha256_file
 from ..runs import Run
+from .dagger import dagger_rows, dagger_seeds
 
 INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
 
@@ -254,6 +255,11 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         c.grpo_improvable_share,
         c.grpo_improvable_margin,
     )
+    dagger = None
+    if c.dagger_from:  # the teacher's labels at an earlier SFT's own states (lib/training/dagger.py)
+        extra_rows, dagger = dagger_rows(config, c.dagger_from, dagger_seeds(c.dagger_episodes, c.seed_offset))
+        sft += extra_rows
+        print(f"corpus dagger: {dagger['rows']} rows from {dagger['from']}'s SFT ({dagger['episodes']} episodes)")
     extras = {}
     instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
     for name, status in extras.items():
@@ -272,10 +278,11 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         "corpus",
         started=started,
         params=c.model_dump(mode="json"),
-        inputs={"env": config.env},
+        inputs={"env": config.env, **({"dagger_from": c.dagger_from} if c.dagger_from else {})},
         outputs={name: str(out / name) for name in files},
         metrics={
             "sft_rows": len(sft),
+            "dagger": dagger,
             "sft_episodes": c.sft_episodes,
             "grpo_prompts": len(grpo),
             **grpo_stats,

@@ -1,0 +1,87 @@
+"""The teacher's labels at the learner's own states (DAgger, `corpus.dagger_from`).
+
+Behaviour cloning trains on the states the teacher visits. A learner that errs once reaches states the teacher never
+showed it, and there it may key on something that only travels with the teacher's own path (measured: an SFT that
+takes half of its teacher's rare decisions right at the teacher's states takes none of them at the states its own
+path reaches; docs/RESULTS.md). DAgger (Ross et al., 2011) closes that loop: play the trained SFT model on fresh
+train seeds, ask the teacher what it would do at every state the model reached, and add those rows to the corpus,
+so the next SFT learns the teacher's answer where the learner actually goes.
+
+`corpus.dagger_from` names an earlier run of the same environment whose SFT model plays; `corpus.dagger_episodes`
+its episodes, on train seeds of their own block (`DAGGER_SEED_OFFSET`), disjoint from the corpus's, GRPO's and
+validation's. Its rows are labelled `label_source: dagger`, with the model's action as `executed`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from ..envs.base import completion_action, format_action
+
+DAGGER_SEED_OFFSET = 50_000  # train seeds of the learner's own episodes: after the corpus's and GRPO's blocks
+
+
+def dagger_seeds(episodes: int, offset: int = 0) -> range:
+    return range(DAGGER_SEED_OFFSET + offset, DAGGER_SEED_OFFSET + offset + episodes)
+
+
+def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict]:
+    """Rows at every state of the source run's SFT model's own greedy episodes on `seeds` (train split), each
+    labelled with `config`'s environment teacher's action there; and a record of where they came from."""
+    from ..evaluation.closed_loop import run_model_episodes
+    from ..inference import load_policy_model
+    from ..runs import Run, read_config
+
+    source_dir = Path(source_dir)
+    if not (source_dir / "manifest.json").is_file():
+        raise FileNotFoundError(f"corpus.dagger_from: {source_dir} is not a run folder (no manifest.json)")
+    source_config = read_config(source_dir)
+    if source_config.env != config.env:
+        raise ValueError(
+            f"corpus.dagger_from: {source_dir} is a run on {source_config.env!r}, not on {config.env!r}; its model "
+            "cannot play this environment"
+        )
+    sft = Run(source_dir, source_config).read_stage("sft")
+    model_dir = Path(sft["outputs"]["model"])
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"corpus.dagger_from: {model_dir}: that run's SFT model is not there")
+    loaded = load_policy_model(model_dir, source_config.model)
+    _, actions = run_model_episodes(source_config, loaded, seeds, "train", desc="corpus/dagger episodes")
+    played = defaultdict(list)
+    for record in actions:  # each seed's actions, in the order it played them
+        played[record["seed"]].append(format_action(completion_action(record["completion"])))
+    spec = config.spec
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    rows = []
+    for seed in seeds:
+        observation = env.reset(seed, "train")
+        teacher.begin(seed)
+        for position, action in enumerate(played[seed]):
+            label = teacher.act(observation, env)
+            rows.append(
+                {
+                    "prompt": env.render(observation),
+                    "completion": [{"role": "assistant", "content": label}],
+                    "seed": seed,
+                    "split": "train",
+                    "position": position,
+                    "history": list(env.history),
+                    "executed": action,
+                    "teacher": label,
+                    "label_source": "dagger",
+                }
+            )
+            result = env.step(action)
+            if env.done:
+                break
+            observation = result.observation
+    agree = sum(r["executed"] == r["teacher"] for r in rows)
+    record = {
+        "from": str(source_dir),
+        "sft_weights_sha256": sft["metrics"].get("weights_sha256"),
+        "episodes": len(seeds),
+        "rows": len(rows),
+        "model_agrees_with_teacher": round(agree / len(rows), 4) if rows else None,
+    }
+    return rows, record

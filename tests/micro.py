@@ -21,3 +21,15 @@ MICRO_EVAL = {
     "export.check_prompts": 3,
     "export.postsave_episodes": 2,
 }
+
+
+def corpus_run(profile: str, overrides: dict, folder):
+    """A run of `profile` with `overrides` whose corpus stage has run: (config, run, the SFT rows)."""
+    from lib.config import load_config
+    from lib.runs import Run
+    from lib.training.corpus import read_jsonl, run_corpus
+
+    config = load_config(profile, overrides)
+    run = Run(folder, config)
+    run_corpus(config, run)
+    return config, run, read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])

@@ -7,21 +7,16 @@ import random
 import pytest
 
 from lib.config import ConfigError, load_config
-from lib.runs import Run
 from lib.training.balance import OTHER, answer_kinds, balanced, kind_mix
-from lib.training.corpus import read_jsonl, run_corpus
 from lib.training.sft import _trained_rows, run_sft
-from tests.micro import MICRO
+from tests.micro import MICRO, corpus_run
 
 TRUST = {**MICRO, "corpus.sft_label_smoothing": 0.0}
 
 
 @pytest.fixture(scope="module")
 def trust_corpus(tmp_path_factory):
-    config = load_config("cpu-smoke-sentinel_trust", TRUST)
-    run = Run(tmp_path_factory.mktemp("run"), config)
-    run_corpus(config, run)
-    return config, run, read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    return corpus_run("cpu-smoke-sentinel_trust", TRUST, tmp_path_factory.mktemp("run"))
 
 
 def test_each_rows_kind_is_its_answers_among_the_offered_candidates(trust_corpus):
@@ -68,9 +63,8 @@ def test_the_sft_stage_trains_the_resampled_rows_and_records_both_mixes(trust_co
     trained, mix = _trained_rows(balanced_config, rows)
     assert len(trained) == len(rows) and mix["corpus"] == kind_mix(answer_kinds(config.spec, rows))
     assert mix["trained"]["verify"] > mix["corpus"]["verify"]
-    fresh = Run(tmp_path / "balanced", balanced_config)
-    run_corpus(balanced_config, fresh)  # the same corpus: balance changes only what SFT trains on
-    assert read_jsonl(fresh.read_stage("corpus")["outputs"]["sft.jsonl"]) == rows
+    _, fresh, fresh_rows = corpus_run("cpu-smoke-sentinel_trust", {**TRUST, "sft.kind_balance": 1.0}, tmp_path / "b")
+    assert fresh_rows == rows  # the same corpus: balance changes only what SFT trains on
     run_sft(balanced_config, fresh)
     record = fresh.read_stage("sft")
     assert record["metrics"]["kind_mix"] == mix and record["params"]["kind_balance"] == 1.0

@@ -10,19 +10,16 @@ import torch
 from lib.candidates import distribution, score_answers
 from lib.config import ConfigError, ModelConfig, TinyModelConfig, load_config
 from lib.models import build_tiny, load_model
-from lib.runs import Run
 from lib.training.candidate_loss import candidate_cross_entropy, candidate_table
-from lib.training.corpus import read_jsonl, run_corpus
 from lib.training.sft import run_sft
 from tests.micro import MICRO
+from tests.micro import corpus_run as micro_corpus_run
 
 
 @pytest.fixture(scope="module")
 def corpus_run(tmp_path_factory):
-    config = load_config("cpu-smoke", {**MICRO, "sft.candidate_loss": 1.0, "sft.gradient_checkpointing": False})
-    run = Run(tmp_path_factory.mktemp("run"), config)
-    run_corpus(config, run)
-    return config, run, read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    overrides = {**MICRO, "sft.candidate_loss": 1.0, "sft.gradient_checkpointing": False}
+    return micro_corpus_run("cpu-smoke", overrides, tmp_path_factory.mktemp("run"))
 
 
 def test_the_table_rebuilds_each_rows_offered_candidates_and_finds_its_label(corpus_run):

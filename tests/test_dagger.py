@@ -8,10 +8,10 @@ import pytest
 from lib.config import load_config
 from lib.envs.base import format_action
 from lib.runs import Run
-from lib.training.corpus import read_jsonl, run_corpus
+from lib.training.corpus import read_jsonl
 from lib.training.dagger import DAGGER_SEED_OFFSET, dagger_rows, dagger_seeds
 from lib.training.sft import run_sft
-from tests.micro import MICRO
+from tests.micro import MICRO, corpus_run
 
 pytestmark = pytest.mark.slow  # an SFT model plays
 
@@ -20,22 +20,16 @@ TRUST = {**MICRO, "corpus.sft_label_smoothing": 0.0}
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    config = load_config("cpu-smoke-sentinel_trust", TRUST)
-    run = Run(tmp_path_factory.mktemp("source"), config)
-    run_corpus(config, run)
+    config, run, _ = corpus_run("cpu-smoke-sentinel_trust", TRUST, tmp_path_factory.mktemp("source"))
     run_sft(config, run)
     return config, run
 
 
 def test_the_teacher_labels_every_state_of_the_models_own_episodes_and_the_corpus_adds_them(source, tmp_path):
     config, run = source
-    dagger_config = load_config(
-        "cpu-smoke-sentinel_trust", {**TRUST, "corpus.dagger_from": str(run.dir), "corpus.dagger_episodes": 3}
-    )
-    fresh = Run(tmp_path / "dagger", dagger_config)
-    run_corpus(dagger_config, fresh)
+    overrides = {**TRUST, "corpus.dagger_from": str(run.dir), "corpus.dagger_episodes": 3}
+    _, fresh, rows = corpus_run("cpu-smoke-sentinel_trust", overrides, tmp_path / "dagger")
     corpus = fresh.read_stage("corpus")
-    rows = read_jsonl(corpus["outputs"]["sft.jsonl"])
     base = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
     assert rows[: len(base)] == base  # the teacher's own rows first, unchanged
     added = rows[len(base) :]

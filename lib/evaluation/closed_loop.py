@@ -194,6 +194,14 @@ def model_artifacts(config, run) -> dict[str, dict]:
     return artifacts
 
 
+def sft_model_dir(run) -> Path:
+    """The run's saved SFT model folder, or a clear error when its weights are gone (removed, or a fork's)."""
+    model_dir = Path(run.read_stage("sft")["outputs"]["model"])
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir}: the SFT model is not there (weights removed, or a fork of another run)")
+    return model_dir
+
+
 def _require_in_run(run, path, what: str) -> None:
     """A folder the run's records name inside the run must still be there: a clear error, not a hub lookup of a
     missing local path (a committed run keeps no weights; a fork keeps its parent's records)."""

@@ -30,6 +30,7 @@ from .closed_loop import (
     roles,
     run_model_episodes,
     run_policy_episodes,
+    sft_model_dir,
     split_seeds,
     summarize,
 )
@@ -204,9 +205,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     from ..envs.base import completion_action
 
     sft = run.read_stage("sft")
-    model_dir = Path(sft["outputs"]["model"])
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir}: the SFT model is not there (weights removed, or a fork of another run)")
+    model_dir = sft_model_dir(run)
     baseline = _checked_returns(Path(vs), config.env, split) if vs is not None else None
     loaded = load_policy_model(model_dir, config.model)
     model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")

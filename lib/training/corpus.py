@@ -21,6 +21,7 @@ from ..io import atomic_write_text
 from ..models import sha256_file
 from ..runs import Run
 from .dagger import dagger_rows, dagger_seeds
+from .rows import sft_row
 
 INFORMATIVE_SPREAD = 0.05  # a state enters GRPO only if its candidates' returns differ by at least this
 
@@ -102,17 +103,7 @@ def sft_rows(
                 if others:
                     content, source = smoothing_rng.choice(others), "smoothed"
             rows.append(
-                {
-                    "prompt": env.render(t["observation"]),
-                    "completion": [{"role": "assistant", "content": content}],
-                    "seed": seed,
-                    "split": "train",
-                    "position": position,
-                    "history": t["history"],
-                    "executed": t["action"],
-                    "teacher": teacher,
-                    "label_source": source,
-                }
+                sft_row(env, t["observation"], seed, position, t["history"], t["action"], teacher, content, source)
             )
     return rows
 

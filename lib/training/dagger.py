@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..envs.base import completion_action, format_action
+from .rows import sft_row
 
 DAGGER_SEED_OFFSET = 50_000  # train seeds of the learner's own episodes: after the corpus's and GRPO's blocks
 
@@ -29,7 +30,7 @@ def dagger_seeds(episodes: int, offset: int = 0) -> range:
 def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict]:
     """Rows at every state of the source run's SFT model's own greedy episodes on `seeds` (train split), each
     labelled with `config`'s environment teacher's action there; and a record of where they came from."""
-    from ..evaluation.closed_loop import run_model_episodes
+    from ..evaluation.closed_loop import run_model_episodes, sft_model_dir
     from ..inference import load_policy_model
     from ..runs import Run, read_config
 
@@ -42,11 +43,9 @@ def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict
             f"corpus.dagger_from: {source_dir} is a run on {source_config.env!r}, not on {config.env!r}; its model "
             "cannot play this environment"
         )
-    sft = Run(source_dir, source_config).read_stage("sft")
-    model_dir = Path(sft["outputs"]["model"])
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"corpus.dagger_from: {model_dir}: that run's SFT model is not there")
-    loaded = load_policy_model(model_dir, source_config.model)
+    source = Run(source_dir, source_config)
+    sft = source.read_stage("sft")
+    loaded = load_policy_model(sft_model_dir(source), source_config.model)
     _, actions = run_model_episodes(source_config, loaded, seeds, "train", desc="corpus/dagger episodes")
     played = defaultdict(list)
     for record in actions:  # each seed's actions, in the order it played them
@@ -59,19 +58,7 @@ def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict
         teacher.begin(seed)
         for position, action in enumerate(played[seed]):
             label = teacher.act(observation, env)
-            rows.append(
-                {
-                    "prompt": env.render(observation),
-                    "completion": [{"role": "assistant", "content": label}],
-                    "seed": seed,
-                    "split": "train",
-                    "position": position,
-                    "history": list(env.history),
-                    "executed": action,
-                    "teacher": label,
-                    "label_source": "dagger",
-                }
-            )
+            rows.append(sft_row(env, observation, seed, position, env.history, action, label, label, "dagger"))
             result = env.step(action)
             if env.done:
                 break

@@ -5,6 +5,7 @@ Used by every stage (`python -m lib stage ...`, `python -m lib run ...`) and eve
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -100,6 +101,106 @@ class ConfigError(ValueError):
     """A profile or override is malformed; the message names every offending key."""
 
 
+# Settings removed from the config: dotted key -> (the value that meant what the code does now, where the evidence
+# is). A new config naming one is a ConfigError pointing there. A run made before the removal still reads, replays
+# and gates: its manifest is a record, so `lib.runs.manifest_config` drops these keys (the file keeps them), and a
+# stage is re-run on such a run only if each one holds its neutral value (`retired_in`).
+RESULTS_LEVERS = "docs/RESULTS.md, the lever index at its head"
+RETIRED: dict[str, tuple[Any, str]] = {
+    "corpus.extras": ([], "removed in b2c7137: nothing consumed the extras"),
+    "corpus.extras_cache_dir": ("outputs/.extras_cache", "removed with corpus.extras"),
+    "corpus.hf_instruction_dataset": (None, f"SFT never read those rows ({RESULTS_LEVERS})"),
+    "corpus.hf_instruction_rows": (200, f"SFT never read those rows ({RESULTS_LEVERS})"),
+    "corpus.sft_label": (
+        "teacher",
+        "cloning the noisy teacher's executed actions left the SFT unable to copy the drug number (0.017): "
+        "docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but nothing beats the teacher yet'",
+    ),
+    "model.tiny.split_digits": (
+        False,
+        "digit tokens lost 0.01 on two seeds: docs/RESULTS.md, '2026-11-26 (evening): an imitation check in the SFT "
+        "stage; digit tokens on SENTINEL trust'",
+    ),
+    "sft.kind_balance": (
+        0.0,
+        "best arm +0.006 [-0.002, +0.015]: docs/RESULTS.md, 'Rare decisions trained more often (`sft.kind_balance`, "
+        "new)'",
+    ),
+    "grpo.top_k": (
+        0,
+        "temperature 3 with top_k 2 gave +0.003 [0.000, +0.008]: docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but "
+        "nothing beats the teacher yet'",
+    ),
+    "grpo.max_grad_norm": (
+        1.0,
+        "clipping at 0.2 kept the same checkpoints on both seeds: docs/RESULTS.md, '(...) gradient clipping "
+        "does not hold the fall'",
+    ),
+    "grpo.epsilon_high": (
+        None,
+        "clip-higher never binds at one iteration per batch (identical to its base arm): docs/RESULTS.md, 'Levers, "
+        "one at a time on the same SFT weights and seeds'",
+    ),
+    "grpo.entropy_coef": (
+        0.0,
+        "a token-entropy bonus moved nothing (identical to its base arm): docs/RESULTS.md, 'Levers, one at a time "
+        "on the same SFT weights and seeds'",
+    ),
+    "grpo.use_adaptive_entropy": (False, "retired with grpo.entropy_coef"),
+    "grpo.entropy_target": (0.2, "retired with grpo.entropy_coef"),
+    "grpo.turn_weight": (
+        "episode",
+        "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "
+        "against turn (1), paired, seed 0'",
+    ),
+}
+
+
+def _lookup(data: dict, dotted: str):
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+_ABSENT = object()
+
+
+def retired_in(data: dict) -> dict[str, Any]:
+    """The retired settings a config mapping (a manifest's `config`) names with other than their neutral value:
+    what that run did and the code no longer can."""
+    found = {}
+    for dotted, (neutral, _) in RETIRED.items():
+        value = _lookup(data, dotted)
+        if value is not _ABSENT and value != neutral:
+            found[dotted] = value
+    return found
+
+
+def drop_retired(data: dict) -> dict:
+    """A copy of a config mapping without its retired keys (a manifest read as a record)."""
+    data = json.loads(json.dumps(data))
+    for dotted in RETIRED:
+        *parents, leaf = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return data
+
+
+def _refuse_retired(data: dict, source: str) -> None:
+    named = [dotted for dotted in RETIRED if _lookup(data, dotted) is not _ABSENT]
+    if named:
+        raise ConfigError(
+            f"invalid config from {source}:\n"
+            + "\n".join(f"  {dotted}: retired, measured not to help ({RETIRED[dotted][1]})" for dotted in named)
+        )
+
+
 def _explain(error: ValidationError, source: str) -> ConfigError:
     lines = []
     for item in error.errors():
@@ -156,6 +257,7 @@ def load_config(profile: str | Path = "cpu-smoke", overrides: dict[str, Any] | N
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     data = _merge(raw, dotted_to_nested(overrides or {}))
+    _refuse_retired(data, str(path) + (f" with overrides {overrides}" if overrides else ""))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
@@ -165,6 +267,7 @@ def load_config(profile: str | Path = "cpu-smoke", overrides: dict[str, Any] | N
 def override_config(config: RunConfig, overrides: dict[str, Any], source: str = "a run's config") -> RunConfig:
     """`config` with dotted overrides applied and validated again (errors name every offending key)."""
     data = _merge(config.model_dump(mode="json"), dotted_to_nested(overrides))
+    _refuse_retired(data, f"{source} with overrides {overrides}")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:

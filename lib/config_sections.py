@@ -19,13 +19,9 @@ class CorpusConfig(Strict):
         ge=0.0,
         lt=1.0,
         description="DART: chance a random action replaces the teacher's "
-        "in SFT episodes, so SFT sees states off the teacher's path (see sft_label for that row's label)",
+        "in SFT episodes, so SFT sees states off the teacher's path (that row keeps the teacher's label)",
     )
-    sft_label: Literal["teacher", "executed"] = Field(
-        "teacher",
-        description="label of a noisy step's row: the teacher's action (DART), or the action executed "
-        "(cloning the noisy teacher, so the SFT policy keeps some probability on every kind of legal action)",
-    )
+
     sft_label_smoothing: float = Field(
         0.0,
         ge=0.0,
@@ -69,8 +65,6 @@ class CorpusConfig(Strict):
     )
     dagger_episodes: int = Field(150, ge=1, description="episodes the dagger_from model plays for DAgger rows")
     seed_offset: int = Field(0, ge=0, description="first train seed used by the corpus")
-    hf_instruction_dataset: str | None = None  # optional extra SFT data via datasets.load_dataset
-    hf_instruction_rows: int = Field(200, ge=1)
     expected_hash: dict[str, str] | None = None  # file name -> sha256; enforced when set
 
 
@@ -82,11 +76,6 @@ class TinyModelConfig(Strict):
     num_key_value_heads: int = Field(2, ge=1)
     vocab_size: int = Field(2000, ge=300)
     max_position_embeddings: int = Field(2048, ge=256)
-    split_digits: bool = Field(
-        False,
-        description="the tokenizer reads every digit as its own token, so 0.63 and 0.65 differ in one digit token "
-        "seen thousands of times, instead of each number being a token of its own",
-    )
 
 
 class LoraConfig(Strict):
@@ -145,14 +134,7 @@ class SFTStageConfig(Strict):
         "the offered candidates under the candidate-scoring policy (lib/training/candidate_loss.py); 0: off. Needs "
         "gradient_checkpointing off (it reads the prompt's key/value cache)",
     )
-    kind_balance: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="resample the SFT rows (as many as before, with replacement) so that a row's chance goes as "
-        "(rows whose answer is of its kind)^-kind_balance (lib/training/balance.py): rare kinds of decision are "
-        "trained more often at the same cost; 0: every row once, 1: every kind of answer equally often",
-    )
+
     check_episodes: int = Field(
         20,
         ge=0,
@@ -197,24 +179,9 @@ class GRPOStageConfig(Strict):
         description="sampling temperature of GRPO's groups (over the candidates, or over tokens with free text); "
         "1 samples on-policy",
     )
-    top_k: int = Field(0, ge=0, description="TRL's top_k: GRPO samples among the k most likely tokens only (0: all)")
+
     beta: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(
-        1.0, gt=0, description="gradient clipping: the update's gradient norm is cut to this (TRL's default, 1.0)"
-    )
-    epsilon_high: float | None = Field(
-        None,
-        gt=0,
-        description="TRL's clip-higher (DAPO uses 0.28): the upper "
-        "clip of the policy ratio, so rare good actions can gain faster; None: epsilon (0.2)",
-    )
-    entropy_coef: float = Field(0.0, ge=0, description="TRL's entropy bonus on the completion tokens (0: off)")
-    use_adaptive_entropy: bool = Field(
-        False,
-        description="TRL's adaptive entropy control: the bonus switches on "
-        "when the policy's token entropy falls below entropy_target",
-    )
-    entropy_target: float = Field(0.2, ge=0, description="token entropy (nats) that adaptive entropy control holds")
+
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
         description="TRL's advantage scaling: by the group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)",
@@ -253,12 +220,7 @@ class GRPOStageConfig(Strict):
         description="multi_turn: which played turns become training rows: all of them (each with its episode's "
         "advantage against its group), or one drawn uniformly per episode (the earlier recipe)",
     )
-    turn_weight: Literal["episode", "turn"] = Field(
-        "episode",
-        description="multi_turn with train_turns all: each episode's turns share its advantage equally (episode: "
-        "weight mean_T / T, every episode counts the same) or each turn carries it whole (turn: REINFORCE's sum over "
-        "the episode's turns, long episodes weigh more)",
-    )
+
     turn_rows: int = Field(
         8,
         ge=1,

@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .config import drop_retired
 from .io import atomic_write_json, sha256_file, weights_sha256
 from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
@@ -30,6 +31,14 @@ STAGE_PARAMS = {
     "export": lambda c: c.export.model_dump(mode="json"),
     "postsave": lambda c: {"episodes": c.export.postsave_episodes},
 }
+
+# the config section a stage's params are (settings retired since a run was made are left out of the comparison)
+STAGE_SECTION = {"corpus": "corpus", "sft": "sft", "grpo": "grpo", "evaluate": "eval", "export": "export"}
+
+
+def _dumped(value):
+    """A field's default as a stage record's JSON holds it."""
+    return json.loads(json.dumps(value.model_dump(mode="json") if hasattr(value, "model_dump") else value))
 
 
 class GateFailure(Exception):
@@ -83,7 +92,18 @@ def _manifest(run_dir: Path) -> str:
         expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
         if expected is not None:
             params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
-            keys = sorted(k for k in set(params) | set(expected(config)) if params.get(k) != expected(config).get(k))
+            section = STAGE_SECTION.get(stage.removesuffix("_no_sft"))
+            if section:  # a record made before a setting was retired still names it; the config no longer does
+                params = drop_retired({section: params})[section]
+            wanted = expected(config)
+            if section:  # a setting added since the stage ran, at its default, is what the stage did
+                fields = type(getattr(config, section)).model_fields
+                wanted = {
+                    k: v
+                    for k, v in wanted.items()
+                    if k in params or k not in fields or fields[k].is_required() or _dumped(fields[k].default) != v
+                }
+            keys = sorted(k for k in set(params) | set(wanted) if params.get(k) != wanted.get(k))
             if keys:
                 differ[stage] = keys
     _require(

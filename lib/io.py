@@ -37,12 +37,16 @@ def read_json(path: Path | str):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def read_records(path: Path | str) -> list[dict]:
-    """A JSON-lines log the workbook appends to (validation points, alarms): [] when it does not exist yet; a
-    damaged line is an error naming the file and the line."""
+def read_records(path: Path | str, *, missing_ok: bool = True) -> list[dict]:
+    """The workbook's one JSON-lines reader: a stage's files (corpus rows, episodes) and the logs it appends to
+    (validation points, alarms). A log that does not exist yet reads as []; with `missing_ok=False` (a file an
+    earlier stage must have written) a missing file is a FileNotFoundError naming it. A damaged line is an error
+    naming the file and the line."""
     path = Path(path)
     if not path.is_file():
-        return []
+        if missing_ok:
+            return []
+        raise FileNotFoundError(f"{path}: missing (an earlier stage should have written it)")
     records = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():

@@ -52,16 +52,10 @@ def backend_for(model_config: ModelConfig) -> str:
     return "trl_unsloth" if use else "trl_transformers"
 
 
-def train_tokenizer(texts, vocab_size: int, *, split_digits: bool = False) -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on the corpus, speaking TRL's shipped Qwen2.5 chat template. With `split_digits` every
-    digit is a token of its own (no merge ever spans two digits)."""
+def train_tokenizer(texts, vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on the corpus, speaking TRL's shipped Qwen2.5 chat template."""
     tokenizer = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.pre_tokenizer = (
-        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if split_digits
-        else byte_level
-    )
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -84,7 +78,7 @@ def train_tokenizer(texts, vocab_size: int, *, split_digits: bool = False) -> Pr
 
 def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
     """Train the tokenizer on `texts`, build a Qwen2 model from config, save both as a normal HF folder."""
-    tokenizer = train_tokenizer(texts, tiny.vocab_size, split_digits=tiny.split_digits)
+    tokenizer = train_tokenizer(texts, tiny.vocab_size)
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),

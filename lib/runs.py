@@ -253,22 +253,15 @@ class Run:
         return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
 
 
-# Config keys removed since older runs were made, with the one value that meant what the code now does: a manifest
-# holding that value reads as today's config; any other value still fails (that run did something the code no
-# longer can). corpus.extras and its cache folder: removed in b2c7137 (nothing consumed the extras; [] meant none).
-RETIRED_KEYS = {("corpus", "extras"): [], ("corpus", "extras_cache_dir"): "outputs/.extras_cache"}
-
-
 def manifest_config(manifest: dict, path: Path) -> RunConfig:
     """The RunConfig a manifest records, or DamagedRunError naming the manifest."""
     from pydantic import ValidationError
 
     if "config" not in manifest:
         raise DamagedRunError(f"{path}: no 'config' recorded (damaged manifest)")
-    recorded = json.loads(json.dumps(manifest["config"]))
-    for (section, key), retired_value in RETIRED_KEYS.items():
-        if recorded.get(section, {}).get(key, retired_value) == retired_value:
-            recorded.get(section, {}).pop(key, None)
+    from .config import drop_retired
+
+    recorded = drop_retired(manifest["config"])  # a record: settings retired since it was made are left in the file
     try:
         return RunConfig.model_validate(recorded)
     except ValidationError as error:

@@ -26,10 +26,11 @@ MICRO_EVAL = {
 def corpus_run(profile: str, overrides: dict, folder):
     """A run of `profile` with `overrides` whose corpus stage has run: (config, run, the SFT rows)."""
     from lib.config import load_config
+    from lib.io import read_records
     from lib.runs import Run
-    from lib.training.corpus import read_jsonl, run_corpus
+    from lib.training.corpus import run_corpus
 
     config = load_config(profile, overrides)
     run = Run(folder, config)
     run_corpus(config, run)
-    return config, run, read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    return config, run, read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"])

@@ -155,19 +155,6 @@ def test_a_broken_model_s_scores_are_a_clear_error_not_a_choice():
         distribution([-1.0, float("nan")])
 
 
-def test_a_tokenizer_that_splits_digits_has_no_token_spanning_two_digits_and_reads_back_its_text():
-    from lib.models import train_tokenizer
-
-    texts = ["overall trust 0.61 0.63 0.64 0.65 0.70 0.66: verify below 0.65, stakes 12 of 120"] * 40
-    plain, split = train_tokenizer(texts, 400), train_tokenizer(texts, 400, split_digits=True)
-    assert any(sum(ch.isdigit() for ch in token) > 1 for token in plain.get_vocab())  # "63" merges without it
-    assert not any(sum(ch.isdigit() for ch in token) > 1 for token in split.get_vocab())
-    tokens = split.convert_ids_to_tokens(split("trust 0.63", add_special_tokens=False)["input_ids"])
-    assert tokens[-4:] == ["0", ".", "6", "3"]
-    for text in texts[:1] + ['{"action": "delegate:S0"}']:
-        assert split.decode(split(text, add_special_tokens=False)["input_ids"]) == text
-
-
 def test_pass_size_follows_the_device():
     from lib.candidates import PASS_TOKENS, pass_tokens
 

@@ -7,8 +7,8 @@ import pytest
 
 from lib.config import load_config
 from lib.envs.base import format_action
+from lib.io import read_records
 from lib.runs import Run
-from lib.training.corpus import read_jsonl
 from lib.training.dagger import DAGGER_SEED_OFFSET, dagger_rows, dagger_seeds
 from lib.training.sft import run_sft
 from tests.micro import MICRO, corpus_run
@@ -30,7 +30,7 @@ def test_the_teacher_labels_every_state_of_the_models_own_episodes_and_the_corpu
     overrides = {**TRUST, "corpus.dagger_from": str(run.dir), "corpus.dagger_episodes": 3}
     _, fresh, rows = corpus_run("cpu-smoke-sentinel_trust", overrides, tmp_path / "dagger")
     corpus = fresh.read_stage("corpus")
-    base = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    base = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"])
     assert rows[: len(base)] == base  # the teacher's own rows first, unchanged
     added = rows[len(base) :]
     record = corpus["metrics"]["dagger"]

@@ -142,3 +142,22 @@ def test_the_profiles_cite_only_results_sections_that_exist():
     }
     assert cited, "no profile cites a section of docs/RESULTS.md"
     assert not {c for c in cited if c[1] not in sections}
+
+
+def test_the_lab_notebook_opens_with_the_ledger_and_the_lever_index():
+    """docs/RESULTS.md's first 80 lines: a ledger with a row per environment, and a lever index whose header names
+    the lever; every retired setting is a row of it."""
+    from lib.config import RETIRED
+    from lib.envs import builtin_names
+
+    head = (REPO / "docs" / "RESULTS.md").read_text(encoding="utf-8").splitlines()[:80]
+    ledger = head.index("## The ledger")
+    index = head.index("## The lever index")
+    ledger_rows = [row for row in head[ledger:index] if row.startswith("| ") and not row.startswith("| ---")][1:]
+    names = {"polyguard": "PolyGuard", "sentinel_trust": "SENTINEL trust", "sentinel_cluster": "SENTINEL cluster"}
+    for env in builtin_names():
+        assert any(row.startswith(f"| {names.get(env, env)} |") for row in ledger_rows), f"no ledger row for {env}"
+    assert any(row.startswith("| lever | verdict |") for row in head[index:]), "no lever index header"
+    levers = {row.split("`")[1] for row in head[index:] if row.startswith("| `")}
+    missing = [key for key in RETIRED if not key.startswith("corpus.extras") and key not in levers]
+    assert missing == [], f"retired settings without a row in the lever index: {missing}"

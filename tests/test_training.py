@@ -23,7 +23,7 @@ from lib.reward import make_reward_function
 from lib.runs import Run
 from lib.training.corpus import run_corpus
 from lib.training.grpo import run_grpo
-from lib.training.guards import (
+from lib.training.harness import (
     AnswerTooLongError,
     FiniteLossGuard,
     NonFiniteLossError,
@@ -73,17 +73,6 @@ def test_sft_loss_covers_the_prompt_only_when_asked(tmp_path):
         config = _config(**{"sft.prompt_loss": prompt_loss})
         args = _sft_args(config, Run(tmp_path / str(prompt_loss), config), tmp_path / str(prompt_loss))
         assert args.completion_only_loss is (not prompt_loss)
-
-
-def test_grpo_clips_its_gradient_where_the_config_says(tmp_path):
-    """`grpo.max_grad_norm` reaches TRL's GRPOConfig (the Trainer clips each update to it); 0 is refused."""
-    from lib.training.grpo import _grpo_args
-
-    for norm in (1.0, 0.2):
-        config = _config(**{"grpo.max_grad_norm": norm})
-        assert _grpo_args(config, Run(tmp_path / str(norm), config), "grpo", tmp_path, {}).max_grad_norm == norm
-    with pytest.raises(ConfigError, match="max_grad_norm"):
-        _config(**{"grpo.max_grad_norm": 0})
 
 
 def test_sft_is_full_finetune_of_the_tiny_model_and_loss_falls(trained):
@@ -439,7 +428,6 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
 
 
 def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tmp_path):
-    from lib.config import ConfigError
     from lib.pipeline.fork import fork_run
 
     with pytest.raises(

@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 
 from ..config import load_config
+from ..io import read_records
 from ..models import cuda_available, load_model, resolved_precision
 from ..runs import Run, hardware, package_versions
-from ..training.corpus import read_jsonl, run_corpus
+from ..training.corpus import run_corpus
 from .random_model import build_random_model
 from .recorders import ModelRecorder, ShapeRecorder, profiler, sync, top_ops
 
@@ -215,7 +216,7 @@ def _phases(config, run: Run, eval_episodes: int, bare_batches: int) -> dict:
     shapes, sft_model, grpo_model = ShapeRecorder(), ModelRecorder(), ModelRecorder()
     sft = run_sft(config, run, extra_callbacks=[shapes, sft_model])
     peaks = {"sft": _peaks()}
-    rows = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+    rows = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"], missing_ok=False)
     _reset_peak()
     bare = bare_forward_backward(config, sft["inputs"]["base"], rows, bare_batches)
     peaks["bare_forward_backward"] = _peaks()
@@ -265,7 +266,7 @@ def run_bench(
         run_corpus(config, run)
         corpus_s = time.perf_counter() - began
         if random_model is not None:
-            rows = read_jsonl(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+            rows = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"], missing_ok=False)
             built = build_random_model(
                 random_model, rows, config.spec.vocabulary(), model_dir, resolved_precision(config.model)
             )

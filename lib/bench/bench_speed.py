@@ -195,7 +195,7 @@ def run_bench(
 ) -> dict:
     """See the module docstring. A short SFT (`sft_steps`) measures its rate, but leaves a policy whose episodes are
     not the trained policy's: the GRPO and evaluation figures are representative only after the profile's SFT."""
-    from ..training.corpus import read_jsonl
+    from ..io import read_records
     from .bench_gpu import bare_forward_backward
 
     overrides = {**COMMON, "grpo.max_steps": grpo_steps, **({"sft.max_steps": sft_steps} if sft_steps else {})}
@@ -213,7 +213,7 @@ def run_bench(
         before["evaluation"] = measure_evaluation(old, old_profile, model_dir, eval_episodes)
         after["evaluation"] = measure_evaluation(Path.cwd(), new_profile, model_dir, eval_episodes)
     config = load_config(new_profile)
-    rows = read_jsonl(after["run_dir"] / "corpus" / "sft.jsonl")
+    rows = read_records(after["run_dir"] / "corpus" / "sft.jsonl", missing_ok=False)
     score_length = round(after["evaluation"]["scoring_tokens"] / max(1, after["evaluation"]["states"]))
     limits = {
         "forward_backward": {

@@ -50,12 +50,12 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
     the improvable ones (some candidate beats the reference's own choice by `margin`)."""
     from ..episodes import candidate_returns
     from ..inference import load_policy_model
-    from ..training.corpus import read_jsonl
+    from ..io import read_records
 
     model, tokenizer, source = load_policy_model(model_dir, config.model, adapter)
     spec = config.spec
     env = spec.make_env()
-    rows = read_jsonl(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"])[:states]
+    rows = read_records(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"], missing_ok=False)[:states]
     per_state = []
     for row in rows:
         observation = env.restore(row["seed"], row["split"], row["history"])

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..envs.base import format_action
 from ..episodes import teacher_states
+from ..io import read_records
 
 TOLERANCE = 1e-9
 
@@ -105,7 +106,7 @@ def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict |
 
 def training_rule_hits(train_log: Path) -> dict:
     """Mean per-step rate at which GRPO's sampled completions hit each anti-cheat rule (from train_log.jsonl)."""
-    rows = [json.loads(line) for line in Path(train_log).read_text().splitlines() if line.strip()]
+    rows = read_records(train_log, missing_ok=False)
     keys = sorted(
         {k for r in rows for k in r if k.startswith("env/anti_cheat/")} | {"env/invalid_rate", "env/blocklist_rate"}
     )

@@ -34,10 +34,6 @@ def _write_jsonl(path: Path, rows) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 class _NoisyTeacher(Policy):
     """The environment's teacher, with DART-style noise: with probability `noise` a random candidate (not of a kind
     in `excluded`, such as ending the episode) is executed instead of the teacher's action. `labels` keeps
@@ -68,7 +64,6 @@ def sft_rows(
     seeds,
     noise: float = 0.0,
     rng: random.Random | None = None,
-    label: str = "teacher",
     smoothing: float = 0.0,
     smoothing_rng: random.Random | None = None,
     teacher: str | None = None,
@@ -78,26 +73,21 @@ def sft_rows(
 
     With `noise` > 0 (DART-style noise injection) the episode sometimes continues, through a random candidate of
     a kind not in `excluded`, from a state off the teacher's own path, which a learner that makes one mistake
-    will also reach. With `label="teacher"` every row is labelled with what the teacher does at that state. With
-    `label="executed"` a row is labelled with the action actually taken, so SFT clones the noisy teacher: its
-    most likely action is still the teacher's, and the rest of its probability is spread over every kind of
-    legal action, which GRPO can then sample.
-    Either way the executed action is recorded as `executed` and the teacher's as `teacher`.
+    will also reach. Every row is labelled with what the teacher does at that state (cloning the noisy teacher's
+    executed actions instead was retired: docs/RESULTS.md, lever index). The executed action is recorded as
+    `executed` and the teacher's as `teacher`.
 
     With `smoothing` > 0 (label smoothing over the offered answers), each row's label is, with that probability, a
     uniformly drawn other candidate of its state instead (`label_source: smoothed`). An SFT on these rows still
     answers the teacher's choice most often, and keeps the other candidates in the policy's support, so that
     on-policy GRPO can sample, and push up, an action that beats the teacher."""
-    if label not in ("teacher", "executed"):
-        raise ValueError(f"unknown SFT label {label!r}: 'teacher' or 'executed'")
     policy = _NoisyTeacher(spec, noise, rng or random.Random(0), teacher, excluded)
     smoothing_rng = smoothing_rng or random.Random(0)
     rows = []
     for seed in seeds:
         episode = run_episode(env, policy, seed, "train", keep_transitions=True)
         for position, (t, teacher) in enumerate(zip(episode.transitions, policy.labels)):
-            content = teacher if label == "teacher" else t["action"]
-            source = label
+            content, source = teacher, "teacher"
             if smoothing and smoothing_rng.random() < smoothing:
                 others = [a for a in (format_action(c.id) for c in t["observation"].candidates) if a != content]
                 if others:
@@ -186,21 +176,6 @@ def grpo_rows(
     return rows, stats
 
 
-def _optional_hf_instructions(config: RunConfig) -> tuple[list[dict], str]:
-    name = config.corpus.hf_instruction_dataset
-    if not name:
-        return [], "skipped: disabled in config"
-    try:
-        from datasets import load_dataset
-
-        data = load_dataset(name, split=f"train[:{config.corpus.hf_instruction_rows}]")
-    except Exception as error:  # offline, unknown dataset, auth: all mean "not used", said plainly
-        return [], f"skipped: could not load {name!r} ({type(error).__name__}: {str(error)[:160]})"
-    if "messages" not in data.column_names:
-        return [], f"skipped: {name!r} has no 'messages' column"
-    return [{"messages": m} for m in data["messages"]], f"used: {len(data)} rows from {name}"
-
-
 def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> list[str]:
     """Raise on a mismatch with expected_hash; without one, return drift warnings to print."""
     if expected is None:
@@ -229,7 +204,6 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         tqdm(sft_seeds, desc="corpus/sft episodes"),
         c.sft_noise,
         random.Random(config.seed),
-        c.sft_label,
         c.sft_label_smoothing,
         random.Random(f"{config.seed}/label-smoothing"),
         c.sft_policy,
@@ -251,20 +225,13 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         extra_rows, dagger = dagger_rows(config, c.dagger_from, dagger_seeds(c.dagger_episodes, c.seed_offset))
         sft += extra_rows
         print(f"corpus dagger: {dagger['rows']} rows from {dagger['from']}'s SFT ({dagger['episodes']} episodes)")
-    extras = {}
-    instructions, extras["hf_instruction_data"] = _optional_hf_instructions(config)
-    for name, status in extras.items():
-        print(f"corpus extra {name}: {status}")
     _write_jsonl(out / "sft.jsonl", sft)
     _write_jsonl(out / "grpo_prompts.jsonl", grpo)
     files = ["sft.jsonl", "grpo_prompts.jsonl"]
-    if instructions:
-        _write_jsonl(out / "hf_instructions.jsonl", instructions)
-        files.append("hf_instructions.jsonl")
     hashes = {name: sha256_file(out / name) for name in files}
     for warning in check_hashes(hashes, c.expected_hash):
         print(f"warning: {warning}")
-    run.update_manifest(corpus_hashes=hashes, corpus_extras=extras)
+    run.update_manifest(corpus_hashes=hashes)
     return run.stage_done(
         "corpus",
         started=started,
@@ -278,6 +245,5 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
             "grpo_prompts": len(grpo),
             **grpo_stats,
             "hashes": hashes,
-            "extras": extras,
         },
     )

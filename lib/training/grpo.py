@@ -15,13 +15,21 @@ from pathlib import Path
 from ..checkpoints import verify_checkpoint
 from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
+from ..io import read_records
 from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function
 from ..runs import Run, seed_everything
 from .alarms import CollapseAlarm, read_alarms
-from .corpus import read_jsonl
-from .guards import FiniteLossGuard, NonFiniteLossError
-from .harness import CheckpointManifestCallback, JsonlLogger, precision_flags, save_atomically, tracking_args
+from .harness import (
+    CheckpointManifestCallback,
+    FiniteLossGuard,
+    JsonlLogger,
+    NonFiniteLossError,
+    ensure_logprob_kernel,
+    precision_flags,
+    save_atomically,
+    tracking_args,
+)
 from .samplers import logged_reward, sampler, timed_trainer_class
 from .validation import ValidationCallback
 
@@ -66,14 +74,8 @@ def _grpo_args(config: RunConfig, run: Run, stage: str, out: Path, mode_args: di
         lr_scheduler_type=g.lr_scheduler_type,
         max_completion_length=g.max_completion_length,
         temperature=g.temperature,
-        top_k=g.top_k,
         beta=g.beta,
-        max_grad_norm=g.max_grad_norm,
         gradient_checkpointing=g.gradient_checkpointing,
-        epsilon_high=g.epsilon_high,
-        entropy_coef=g.entropy_coef,
-        use_adaptive_entropy=g.use_adaptive_entropy,
-        entropy_target=g.entropy_target,
         logging_steps=g.logging_steps,
         **tracking_args(config, run, stage),
         seed=config.seed,
@@ -162,7 +164,6 @@ def train_grpo(
     stage: str = "grpo",
 ) -> dict:
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
-    from .trl_compat import ensure_logprob_kernel
 
     started = time.time()
     logprob_kernel = ensure_logprob_kernel()
@@ -176,7 +177,7 @@ def train_grpo(
     model, tokenizer, backend = load_model(base_model, config.model)
     model, peft = with_lora(model, config.model, backend)
     g = config.grpo
-    source = sampler(config, read_jsonl(corpus["outputs"]["grpo_prompts.jsonl"]), tokenizer, out)
+    source = sampler(config, read_records(corpus["outputs"]["grpo_prompts.jsonl"], missing_ok=False), tokenizer, out)
     args = _grpo_args(config, run, stage, out, source["trl"])
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}

@@ -1,9 +1,20 @@
-"""What the sft and grpo stages put around a TRL trainer: the precision and tracking arguments, the callbacks that
-log every step to a jsonl file and write each checkpoint's manifest, and the atomic save of what was trained."""
+"""What the sft and grpo stages put around a TRL trainer (lib/training/sft.py, grpo.py):
+- the precision and tracking arguments;
+- the guards that stop training loudly instead of training on bad input: prompts longer than
+  grpo.max_prompt_length (never truncated), answers longer than grpo.max_completion_length (they would be cut off),
+  and a NaN/inf loss;
+- the callbacks that log every step to a jsonl file and write each checkpoint's manifest, and the atomic save of
+  what was trained;
+- TRL on a CPU-only torch: TRL 1.15 computes SFT and GRPO log-probs with a fused LM head whose kernel is written in
+  Triton, and the CPU torch wheel ships no Triton, so both trainers fail at their first step
+  (`_ChunkedLogProbFunction` is None). When and only when that kernel is missing, `ensure_logprob_kernel()` plugs in
+  the same computation in plain torch (full logits). The stages record the kernel they ran with.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import resource
 import shutil
 import time
@@ -112,3 +123,113 @@ def save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
         shutil.rmtree(target)
     tmp.rename(target)
     wait_for_everyone()
+
+
+# ---- guards: bad input stops training loudly ----
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss; the run stopped and the last good checkpoint was kept."""
+
+
+class PromptTooLongError(ValueError):
+    """A prompt is longer than grpo.max_prompt_length tokens; prompts are never silently truncated."""
+
+
+class AnswerTooLongError(ValueError):
+    """An answer of the corpus needs more tokens than grpo.max_completion_length, so GRPO sampling and evaluation
+    (which generate at most that many) would cut it off and every such answer would be invalid."""
+
+
+def check_answer_length(tokenizer, answers: list[str], limit: int) -> int:
+    """The most tokens an answer takes, its end-of-turn token included; an error if that exceeds `limit`."""
+    longest = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
+    if longest > limit:
+        example = max(answers, key=len)
+        raise AnswerTooLongError(
+            f"answers take up to {longest} tokens with the end-of-turn token (e.g. {example!r}), but "
+            f"grpo.max_completion_length is {limit}: GRPO and evaluation would cut them off; "
+            f"raise it to {longest} or more"
+        )
+    return longest
+
+
+class FiniteLossGuard(TrainerCallback):
+    """Stops training at the first NaN/inf loss, before anything is saved from that step."""
+
+    def __init__(self):
+        self.bad_step: int | None = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(value):
+                self.bad_step = state.global_step
+                control.should_training_stop = True
+                control.should_save = False
+
+
+def check_prompt_length(tokenizer, prompts: list[list[dict]], max_prompt_length: int) -> None:
+    """An error naming the first offender when any chat prompt is longer than `max_prompt_length` tokens."""
+    too_long = []
+    for i, prompt in enumerate(prompts):
+        n = len(
+            tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        if n > max_prompt_length:
+            too_long.append((i, n))
+    if too_long:
+        raise PromptTooLongError(
+            f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
+            f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts"
+        )
+
+
+# ---- TRL's fused log-prob kernel on a CPU-only torch ----
+
+OPTIONAL_OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+class TorchChunkedLogProb:
+    """Same signature and outputs as trl.kernels.ChunkedLogProbFunction.apply, differentiable through autograd."""
+
+    @staticmethod
+    def apply(
+        hidden,
+        weight,
+        bias,
+        targets,
+        temperature,
+        chunk_size,
+        final_logit_softcapping=None,
+        logit_scale=1.0,
+        outputs=OPTIONAL_OUTPUTS,
+    ):
+        z = hidden.float() @ weight.float().t()
+        if bias is not None:
+            z = z + bias.float()
+        z = z * logit_scale
+        if final_logit_softcapping is not None:
+            z = final_logit_softcapping * torch.tanh(z / final_logit_softcapping)
+        z = z / temperature
+        log_z = torch.logsumexp(z, dim=-1)
+        logprobs = z.gather(1, targets[:, None]).squeeze(1) - log_z
+        log_p = z - log_z[:, None]
+        entropy = -(log_p.exp() * log_p).sum(-1) if "entropy" in outputs else None
+        with torch.no_grad():
+            log_sum_sq_probs = torch.logsumexp(2 * log_p, dim=-1) if "log_sum_sq_probs" in outputs else None
+            mean_logits = z.mean(-1) if "mean_logits" in outputs else None
+            is_top1 = (z.argmax(-1) == targets) if "is_top1" in outputs else None
+        return logprobs, entropy, log_sum_sq_probs, mean_logits, is_top1
+
+
+def ensure_logprob_kernel() -> str:
+    """Returns the kernel the trainers will use: 'triton' (TRL's own) or 'torch' (this module's, only without
+    Triton)."""
+    import trl.trainer.utils as trl_utils
+
+    if trl_utils._ChunkedLogProbFunction is None:
+        trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    return "torch" if trl_utils._ChunkedLogProbFunction is TorchChunkedLogProb else "triton"

@@ -11,8 +11,8 @@ What TRL trains on. TRL's loss takes one (prompt, completion) per row, and the p
 a time, so each played turn is a row: that turn's own prompt and the answer the policy gave there.
 - `grpo.train_turns: all` (default): every played turn is a row. Its reward is its episode's advantage against the
   start's group, A = R - mean(R) (divided by the group's std when `scale_rewards` is group, the batch's when batch),
-  times the turn's weight: mean_T / T with `turn_weight: episode` (each episode counts once, as a uniform draw of
-  one turn does in expectation), 1 with `turn_weight: turn` (REINFORCE's sum over the episode). A start owns
+  times the turn's weight mean_T / T (each episode counts once, as a uniform draw of one turn does in expectation;
+  weighting every turn 1, REINFORCE's sum over the episode, was measured and retired: docs/RESULTS.md). A start owns
   `num_generations x turn_rows` rows (TRL's group): fewer turns are padded with rows masked out of the loss
   (`env_mask` 0, reward 0), more are subsampled uniformly with weight played/kept. TRL then gets the rows as
   finished advantages (`scale_rewards` none); with episode weights and no subsampling they sum to zero over the
@@ -28,13 +28,42 @@ from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
 from ..distributed import is_main, rank_key
-from ..episodes import CUT_OFF, Start, play
+from ..episodes import CUT_OFF, Episode, Start, play
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One played turn: the messages the policy read, the answer it drew, and its entropy over the candidates."""
+
+    messages: list[dict]
+    answer: str
+    entropy: float
+
+
+@dataclass(frozen=True)
+class Played:
+    """One episode of a group, with its turns in order."""
+
+    episode: Episode
+    turns: list[Turn]
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """One row TRL trains on: a played turn, its reward (the episode's advantage, weighted), whether the loss sees it
+    (`trained` False: a padding row) and the index of its episode in the group's `Played` list."""
+
+    turn: Turn
+    reward: float
+    trained: bool
+    episode: int
 
 
 def _key(messages) -> str:
@@ -78,10 +107,12 @@ def environment_pool(spec, env_url: str | None = None):
     return make, release
 
 
-def play_group(model, tokenizer, make_env, starts: list[dict], episodes_per_start: int, *, temperature, key, max_turns):
+def play_group(
+    model, tokenizer, make_env, starts: list[dict], episodes_per_start: int, *, temperature, key, max_turns
+) -> list[Played]:
     """Play `episodes_per_start` episodes from every start, in lockstep, sampling from the candidate policy.
-    Returns, per episode (start-major), its `Episode` and its turns: (messages, answer, entropy)."""
-    turns: dict[int, list[tuple[list[dict], str, float]]] = {}
+    Returns every episode (start-major) with its turns."""
+    turns: dict[int, list[Turn]] = {}
 
     def act(live) -> list[str]:
         offered = [answers(e.observation) for e in live]
@@ -98,13 +129,13 @@ def play_group(model, tokenizer, make_env, starts: list[dict], episodes_per_star
             generator = torch.Generator().manual_seed(zlib.crc32(f"{key}/{entry.index}/{entry.steps}".encode()))
             probs = distribution(logprobs, temperature)
             answer = options[choose(probs, greedy=False, generator=generator)[0]]
-            turns.setdefault(entry.index, []).append((shown, answer, entropy(probs)))
+            turns.setdefault(entry.index, []).append(Turn(shown, answer, entropy(probs)))
             texts.append(answer)
         return texts
 
     plan = [Start(r["seed"], r["split"]) for r in starts for _ in range(episodes_per_start)]
     episodes = play(make_env, plan, act, batch_size=len(plan), max_turns=max_turns)
-    return [(episode, turns.get(index, [])) for index, episode in enumerate(episodes)]
+    return [Played(episode, turns.get(index, [])) for index, episode in enumerate(episodes)]
 
 
 def _advantages(returns: list[float], groups: int, scale: str) -> list[float]:
@@ -119,30 +150,30 @@ def _advantages(returns: list[float], groups: int, scale: str) -> list[float]:
     return centred.flatten().tolist()
 
 
-def turn_rows(played, episodes_per_start: int, rows_per_episode: int, *, scale: str, weight: str, generator):
-    """The training rows of `played` (`play_group`'s output) in `train_turns: all` mode: per start exactly
-    `episodes_per_start x rows_per_episode` rows of (messages, answer, reward, mask, episode index); see the module
-    docstring for the rewards, the padding and the subsampling."""
-    returns = [episode.episode_return for episode, _ in played]  # a cut-off episode's is 0
+def turn_rows(played: list[Played], episodes_per_start: int, rows_per_episode: int, *, scale: str, generator):
+    """The training rows of `played` in `train_turns: all` mode: per start exactly `episodes_per_start x
+    rows_per_episode` rows; see the module docstring for the rewards, the padding and the subsampling. Returns the
+    rows and every episode's return."""
+    returns = [p.episode.episode_return for p in played]  # a cut-off episode's is 0
     starts = len(played) // episodes_per_start
     advantages = _advantages(returns, starts, scale)
     width = episodes_per_start * rows_per_episode
-    rows = []
+    rows: list[TrainRow] = []
     for start in range(starts):
         members = range(start * episodes_per_start, (start + 1) * episodes_per_start)
-        lengths = [len(played[i][1]) for i in members]
+        lengths = [len(played[i].turns) for i in members]
         mean_length = sum(lengths) / len(lengths)
         candidates = []
         for i, length in zip(members, lengths):
-            share = (mean_length / length if weight == "episode" else 1.0) if length else 0.0
-            candidates += [(shown, answer, advantages[i] * share, 1, i) for shown, answer, _ in played[i][1]]
+            share = mean_length / length if length else 0.0
+            candidates += [TrainRow(turn, advantages[i] * share, True, i) for turn in played[i].turns]
         if len(candidates) > width:
             keep = torch.randperm(len(candidates), generator=generator)[:width].sort().values.tolist()
             scale_up = len(candidates) / width
-            candidates = [(s, a, r * scale_up, m, i) for s, a, r, m, i in (candidates[k] for k in keep)]
+            candidates = [replace(candidates[k], reward=candidates[k].reward * scale_up) for k in keep]
         pad = candidates[0] if candidates else None
         while len(candidates) < width:
-            candidates.append((pad[0], pad[1], 0.0, 0, pad[4]))
+            candidates.append(replace(pad, reward=0.0, trained=False))
         rows += candidates
     return rows, returns
 
@@ -194,44 +225,38 @@ def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str |
         picker = torch.Generator().manual_seed(zlib.crc32(f"{key}/turns".encode()))
         if grpo.train_turns == "all":
             rows, returns = turn_rows(
-                played,
-                grpo.num_generations,
-                grpo.turn_rows,
-                scale=grpo.scale_rewards,
-                weight=grpo.turn_weight,
-                generator=picker,
+                played, grpo.num_generations, grpo.turn_rows, scale=grpo.scale_rewards, generator=picker
             )
         else:
-            returns = [episode.episode_return for episode, _ in played]  # a cut-off episode's is 0
+            returns = [p.episode.episode_return for p in played]  # a cut-off episode's is 0
             rows = []
-            for index, (_, turns) in enumerate(played):
-                shown, answer, _ = turns[int(torch.randint(len(turns), (1,), generator=picker))]
-                rows.append((shown, answer, returns[index], 1, index))
-        entropies = {id(t[0]): t[2] for _, turns in played for t in turns}
-        episodes = [episode for episode, _ in played]
-        trained = [r for r in rows if r[3]]
-        lengths = [len(turns) for _, turns in played]
+            for index, p in enumerate(played):
+                turn = p.turns[int(torch.randint(len(p.turns), (1,), generator=picker))]
+                rows.append(TrainRow(turn, returns[index], True, index))
+        episodes = [p.episode for p in played]
+        trained = [r for r in rows if r.trained]
+        lengths = [len(p.turns) for p in played]
         metrics = {
             "multi_turn/episode_len": sum(lengths) / len(lengths),
-            "multi_turn/cut_off": sum(e.end_reason == CUT_OFF for e, _ in played) / len(played),
+            "multi_turn/cut_off": sum(e.end_reason == CUT_OFF for e in episodes) / len(played),
             "multi_turn/return_mean": sum(returns) / len(returns),
             "multi_turn/played_turns": sum(lengths),
             "multi_turn/trained_turns": len(trained),
-            "explore/candidate_entropy": sum(entropies[id(r[0])] for r in trained) / max(1, len(trained)),
-            **environment_metrics(spec, episodes, [t[1] for _, turns in played for t in turns], grpo.blocklist),
+            "explore/candidate_entropy": sum(r.turn.entropy for r in trained) / max(1, len(trained)),
+            **environment_metrics(spec, episodes, [t.answer for p in played for t in p.turns], grpo.blocklist),
         }
-        completions = [answer_ids(tokenizer, r[1]) for r in rows]
+        completions = [answer_ids(tokenizer, r.turn.answer) for r in rows]
         return {
-            "prompt_ids": [prompt_ids(tokenizer, r[0]) for r in rows],
+            "prompt_ids": [prompt_ids(tokenizer, r.turn.messages) for r in rows],
             "completion_ids": completions,
             "logprobs": None,
-            "env_mask": [[r[3]] * len(c) for r, c in zip(rows, completions)],
-            "row_reward": [float(r[2]) for r in rows],
-            "row_trained": [bool(r[3]) for r in rows],
-            "episode_return": [returns[r[4]] for r in rows],
+            "env_mask": [[int(r.trained)] * len(c) for r, c in zip(rows, completions)],
+            "row_reward": [float(r.reward) for r in rows],
+            "row_trained": [r.trained for r in rows],
+            "episode_return": [returns[r.episode] for r in rows],
             # every answer of each row's episode: what reproduces its return offline (tests/test_multiturn.py)
-            "episode_answers": [[t[1] for t in played[r[4]][1]] for r in rows],
-            "episode_seed": [played[r[4]][0].seed for r in rows],
+            "episode_answers": [[t.answer for t in played[r.episode].turns] for r in rows],
+            "episode_seed": [played[r.episode].episode.seed for r in rows],
             "rollout_metrics": metrics,
         }
 

@@ -22,7 +22,7 @@ import torch
 from datasets import Dataset
 
 from ..config import RunConfig
-from .guards import check_prompt_length
+from .harness import check_prompt_length
 from .rollout import candidate_rollout
 
 

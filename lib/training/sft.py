@@ -6,7 +6,6 @@ the same function.
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 
@@ -16,13 +15,20 @@ from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
 from ..inference import load_policy_model
+from ..io import read_records
 from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
-from .balance import answer_kinds, balanced, kind_mix
 from .candidate_loss import ROW, candidate_table, with_candidate_loss
-from .corpus import read_jsonl
-from .guards import FiniteLossGuard, NonFiniteLossError, check_answer_length
-from .harness import JsonlLogger, precision_flags, save_atomically, tracking_args
+from .harness import (
+    FiniteLossGuard,
+    JsonlLogger,
+    NonFiniteLossError,
+    check_answer_length,
+    ensure_logprob_kernel,
+    precision_flags,
+    save_atomically,
+    tracking_args,
+)
 from .imitation import announce, imitation_check
 
 
@@ -73,31 +79,16 @@ def _sft_args(config: RunConfig, run: Run, out: Path):
     )
 
 
-def _trained_rows(config: RunConfig, rows: list[dict]) -> tuple[list[dict], dict | None]:
-    """The rows SFT trains on: the corpus's, or with `sft.kind_balance` resampled toward the rare kinds of answer
-    (lib/training/balance.py), with the kind mix before and after for the stage record."""
-    if not config.sft.kind_balance:
-        return rows, None
-    kinds = answer_kinds(config.spec, rows)
-    drawn = balanced(kinds, config.sft.kind_balance, random.Random(f"{config.seed}/kind-balance"))
-    mix = {"corpus": kind_mix(kinds), "trained": kind_mix([kinds[i] for i in drawn])}
-    print(f"sft kind balance {config.sft.kind_balance}: answer kinds {mix['corpus']} -> {mix['trained']}")
-    return [rows[i] for i in drawn], mix
-
-
 def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
-    from .trl_compat import ensure_logprob_kernel
-
     started = time.time()
     logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
-    rows = read_jsonl(corpus["outputs"]["sft.jsonl"])
+    rows = read_records(corpus["outputs"]["sft.jsonl"], missing_ok=False)
     out = run.stage_dir("sft")
     base = _base_model(config, rows, out)
     run.update_manifest(model_source=source_record(config.model.name))
     model, tokenizer, backend = load_model(base, config.model)
-    rows, kinds = _trained_rows(config, rows)
     answer_tokens = check_answer_length(
         tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
     )
@@ -159,6 +150,5 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "weights_sha256": weights_sha256(model_dir),
             "full_finetune": not adapter,
             "imitation": imitation,
-            "kind_mix": kinds,
         },
     )

@@ -148,6 +148,16 @@ RETIRED: dict[str, tuple[Any, str]] = {
     ),
     "grpo.use_adaptive_entropy": (False, "retired with grpo.entropy_coef"),
     "grpo.entropy_target": (0.2, "retired with grpo.entropy_coef"),
+    "corpus.grpo_improvable_margin": (
+        0.05,
+        "a margin of 0.2 gave GRPO 0.538, as 0.05 did: docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but nothing "
+        "beats the teacher yet'",
+    ),
+    "grpo.continuation": (
+        "reference",
+        "the policy finishing its own episodes did worse than the teacher finishing them (-0.133 against -0.107 "
+        "GRPO - SFT): docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but nothing beats the teacher yet'",
+    ),
     "grpo.turn_weight": (
         "episode",
         "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "

@@ -51,12 +51,6 @@ class CorpusConfig(Strict):
         description="share of GRPO prompts drawn from states "
         "where some candidate beats the reference policy's own choice",
     )
-    grpo_improvable_margin: float = Field(
-        0.05,
-        ge=0.05,
-        description="by how much some candidate's return must "
-        "beat the reference's own choice for a state to count as improvable",
-    )
     dagger_from: str | None = Field(
         None,
         description="DAgger (lib/training/dagger.py): an earlier run of this environment whose SFT model plays "
@@ -83,6 +77,12 @@ class LoraConfig(Strict):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    top_layers: int | None = Field(
+        None,
+        ge=1,
+        description="adapters on the top this-many decoder layers only: the backward pass stops at the lowest of them "
+        "and the frozen layers below run forward only (cheaper SFT and GRPO steps); None: every layer",
+    )
 
 
 class ModelConfig(Strict):
@@ -102,7 +102,16 @@ class ModelConfig(Strict):
     use_unsloth: Literal["auto", "never"] = "auto"
     load_in_4bit: bool = False
     precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
-        "fp32", description="on a GPU; the CPU always trains in fp32. auto: bf16 where the GPU has it, else fp16 (a T4)"
+        "fp32",
+        description="the weights' precision for training and scoring. auto: bf16 where the GPU has it, else fp16 (a "
+        "T4); on a CPU bf16 where it has bf16 instructions (AMX or avx512_bf16), else fp32. bf16 on a CPU without "
+        "them is an error; fp16 on a CPU means fp32. The run records the precision it resolved to and the CPU's flags",
+    )
+    keep_layers: int | None = Field(
+        None,
+        ge=1,
+        description="a pretrained model cut to its first this-many decoder layers (the final norm and output layer "
+        "kept; SFT's LoRA heals the cut): a cheaper learner. More layers than the model has is an error; None: all",
     )
 
 
@@ -193,18 +202,12 @@ class GRPOStageConfig(Strict):
     )
     reference_policy: str | None = Field(
         None,
-        description="who finishes episodes in the GRPO reward "
-        "(continuation: reference); unset: the environment's teacher",
-    )
-    continuation: Literal["reference", "policy"] = Field(
-        "reference",
-        description="who finishes the episode after the sampled action: the reference policy, or the "
-        "policy being trained (greedy, batched), so the reward is this policy's own return from that state",
+        description="who finishes episodes in the GRPO reward; unset: the environment's teacher",
     )
     mode: Literal["step", "multi_turn"] = Field(
         "step",
-        description="step: each GRPO sample is one action at a corpus state, the episode finished by `continuation` "
-        "(the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays, in "
+        description="step: each GRPO sample is one action at a corpus state, the episode finished by the reference "
+        "policy (the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays, in "
         "process (or against `env_url`), acting at every turn, its return the reward (lib/training/multiturn.py)",
     )
     env_url: str | None = Field(

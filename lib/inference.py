@@ -1,5 +1,5 @@
 """Loading a saved policy model with its provenance record, batched greedy or sampled generation, and the
-model as an episode actor. Used by evaluation, post-save, the GRPO reward's policy continuation and the probes.
+model as an episode actor. Used by evaluation, post-save, the GRPO validation curve and the probes.
 """
 
 from __future__ import annotations

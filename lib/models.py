@@ -37,13 +37,32 @@ def unsloth_available() -> bool:
     return cuda_available() and importlib.util.find_spec("unsloth") is not None
 
 
+class PrecisionError(ValueError):
+    """The precision asked for does not exist on this machine (bf16 on a CPU without bf16 instructions)."""
+
+
 def resolved_precision(model_config: ModelConfig) -> str:
-    """The precision a run trains in: `auto` is bf16 where the GPU has it, fp16 on a GPU without (a T4), fp32 on CPU."""
-    if model_config.precision != "auto":
-        return model_config.precision
-    if not cuda_available():
-        return "fp32"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"  # pragma: no cover - CUDA only
+    """The precision a run trains and scores in. On a GPU: `auto` is bf16 where the GPU has it, fp16 on one without
+    (a T4). On a CPU: `auto` is bf16 where the CPU has bf16 instructions (`lib.runs.cpu_bf16`: AMX or avx512_bf16),
+    else fp32; fp16 means fp32 (a CPU has no fast fp16); bf16 on a CPU without them is a PrecisionError."""
+    from .runs import cpu_bf16
+
+    asked = model_config.precision
+    if cuda_available():  # pragma: no cover - CUDA only
+        if asked != "auto":
+            return asked
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if asked == "bf16" and not cpu_bf16():
+        raise PrecisionError(
+            "model.precision is bf16, but this CPU has none of the bf16 instructions "
+            f"({', '.join(BF16_NAMES)}): bf16 would be emulated, slower than fp32. Use model.precision: fp32 or auto"
+        )
+    if asked == "auto":
+        return "bf16" if cpu_bf16() else "fp32"
+    return "bf16" if asked == "bf16" else "fp32"
+
+
+BF16_NAMES = ("amx_bf16", "avx512_bf16")
 
 
 def backend_for(model_config: ModelConfig) -> str:
@@ -117,13 +136,41 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
             source, dtype=dtype, load_in_4bit=model_config.load_in_4bit, max_seq_length=4096
         )
     else:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype if cuda_available() else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(source)
+        model = keep_layers(model, model_config.keep_layers)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     model.train(trainable)
     return model, tokenizer, backend
+
+
+class DepthCutError(ValueError):
+    """model.keep_layers asks for more layers than the model has, or none."""
+
+
+def keep_layers(model, layers: int | None):
+    """`model` cut to its first `layers` decoder layers (the final norm and the output layer kept): a cheaper learner
+    whose SFT heals the cut. None keeps every layer; a model already that shallow (a saved SFT of a cut model) is
+    returned as it is."""
+    if layers is None:
+        return model
+    decoder = model.get_decoder()
+    have = len(decoder.layers)
+    if layers > have and have != model.config.num_hidden_layers:  # pragma: no cover - a broken checkpoint
+        raise DepthCutError(f"the model has {have} layers but its config says {model.config.num_hidden_layers}")
+    if layers > have:
+        raise DepthCutError(
+            f"model.keep_layers is {layers}, but the model has only {have} decoder layers: choose 1 to {have}"
+        )
+    if layers == have:
+        return model
+    decoder.layers = decoder.layers[:layers]
+    model.config.num_hidden_layers = layers
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:layers]
+    return model
 
 
 def with_lora(model, model_config: ModelConfig, backend: str):
@@ -135,13 +182,18 @@ def with_lora(model, model_config: ModelConfig, backend: str):
 
         lora = model_config.lora
         model = FastLanguageModel.get_peft_model(
-            model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
+            model,
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            layers_to_transform=lora_layers(model, lora.top_layers),
         )
         return model, None
-    return model, lora_config(model_config)
+    return model, lora_config(model_config, model)
 
 
-def lora_config(model_config: ModelConfig):
+def lora_config(model_config: ModelConfig, model=None):
     from peft import LoraConfig
 
     lora = model_config.lora
@@ -150,5 +202,19 @@ def lora_config(model_config: ModelConfig):
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
+        layers_to_transform=lora_layers(model, lora.top_layers),
         task_type="CAUSAL_LM",
     )
+
+
+def lora_layers(model, top: int | None) -> list[int] | None:
+    """The decoder layers that get an adapter: the top `top` (the backward pass then stops at the lowest of them, and
+    the frozen bottom runs forward only), or every layer (None)."""
+    if top is None or model is None:
+        return None
+    have = len(model.get_decoder().layers)
+    if not 1 <= top <= have:
+        raise DepthCutError(
+            f"model.lora.top_layers is {top}, but the model has {have} decoder layers: choose 1 to {have}"
+        )
+    return list(range(have - top, have))

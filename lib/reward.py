@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from .config import RunConfig
 from .distributed import is_main
 from .episodes import action_returns, policy_actor
@@ -53,47 +51,15 @@ def group_metrics(
     }
 
 
-def model_continuation(policy: dict, config: RunConfig):
-    """An actor (see `episodes.play`) in which the model in `policy["model"]` acts greedily (choosing among the
-    candidates or generating free text, as `model.action_space` says), one batched call per step for all
-    unfinished episodes. `policy` is filled in once the trainer exists, so the continuation always uses the
-    weights being trained."""
-    from .inference import model_actor
-
-    def act(live) -> list[str]:
-        model, tokenizer = policy["model"], policy["tokenizer"]
-        actor = model_actor(
-            model,
-            tokenizer,
-            action_space=config.model.action_space,
-            greedy=True,
-            max_new_tokens=config.grpo.max_completion_length,
-        )
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                return actor(live)
-        finally:
-            model.train(was_training)
-
-    return act
-
-
-def make_reward_function(config: RunConfig, samples_path: Path | None = None, policy: dict | None = None):
+def make_reward_function(config: RunConfig, samples_path: Path | None = None):
     """GRPO reward, step mode: the completion is applied at the sampled state and the episode is finished by
-    the reference policy (`grpo.continuation: reference`) or by the policy being trained (`policy`: the model
-    in `policy["model"]`, greedy); the reward is that episode's true return. Invalid output gets the
-    environment's penalty. A blocklisted substring in the completion (never the prompt) forfeits any positive
-    reward."""
+    the reference policy (the environment's teacher unless `grpo.reference_policy` names another); the reward is that
+    episode's true return (finishing with the policy being trained was measured worse and retired: docs/RESULTS.md,
+    lever index). Invalid output gets the environment's penalty. A blocklisted substring in the completion (never
+    the prompt) forfeits any positive reward."""
     g = config.grpo
     spec = config.spec
-    if g.continuation == "policy":
-        if policy is None:
-            raise ValueError("grpo.continuation is 'policy' but no policy model was given to the reward function")
-        continuation = model_continuation(policy, config)
-    else:
-        continuation = policy_actor(spec.make_policy(config.reference_policy))
+    continuation = policy_actor(spec.make_policy(config.reference_policy))
     envs = []
     blocklist = [b.lower() for b in g.blocklist]
 

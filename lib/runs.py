@@ -59,19 +59,33 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
         return {"sha": None, "dirty": None}
 
 
-def cpu_model() -> str:
-    """The CPU's model name and widest vector extension: CPU results are bit-for-bit reproducible only on the same
-    kind of CPU (float rounding follows the SIMD path), so a run records which one it had."""
+def _cpuinfo() -> tuple[str, list[str]]:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return platform.processor() or "unknown"
+        return platform.processor() or "unknown", []
     name = next(
         (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown"
     )
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return name, flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name and widest vector extension: CPU results are bit-for-bit reproducible only on the same
+    kind of CPU (float rounding follows the SIMD path), so a run records which one it had."""
+    name, flags = _cpuinfo()
     widest = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
     return f"{name} ({widest})"
+
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # the CPU instructions that make bf16 matrix products fast
+
+
+def cpu_bf16() -> list[str]:
+    """The bf16 instructions this CPU has ([] on one without: bf16 would be emulated, slower than fp32)."""
+    flags = set(_cpuinfo()[1])
+    return [flag for flag in BF16_FLAGS if flag in flags]
 
 
 def hardware() -> dict[str, Any]:
@@ -82,6 +96,7 @@ def hardware() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "cpu": cpu_model(),
+        "cpu_bf16": cpu_bf16(),
         "cuda": torch.cuda.is_available(),
     }
     if torch.cuda.is_available():  # pragma: no cover - CUDA only

@@ -17,8 +17,7 @@ from lib.envs.polyguard import SPEC
 from lib.envs.polyguard.env import PolyGuardEnv
 from lib.envs.polyguard.reward import INVALID_PENALTY
 from lib.episodes import action_return, action_returns, policy_actor, run_episode
-from lib.evaluation.antihack import attack_suite
-from lib.inference import generate_actions, load_policy_model
+from lib.inference import load_policy_model
 from lib.reward import make_reward_function
 from lib.runs import Run
 from lib.training.corpus import run_corpus
@@ -186,60 +185,6 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
-@pytest.mark.parametrize("action_space", ["candidates", "free"])
-def test_policy_actor_reward_is_the_models_own_return(trained, action_space):
-    """grpo.continuation=policy: after the sampled action the model itself finishes the episode, greedily (its most
-    likely candidate, or its generated text). The batched reward equals playing each episode on by hand with the
-    same model, one state at a time."""
-    from lib.candidates import answers, score_answers
-
-    config = _config(**{"grpo.continuation": "policy", "model.action_space": action_space})
-    with pytest.raises(ValueError, match="no policy model"):
-        make_reward_function(config)
-    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
-    reward = make_reward_function(config, policy={"model": model, "tokenizer": tokenizer})
-    env = PolyGuardEnv()
-    history = run_episode(env, make_policy("heuristic"), 5, "train", keep_transitions=True).transitions[3]["history"]
-    texts = [format_action(c.id) for c in env.restore(5, "train", history).candidates][:6] + ["garbage"]
-    scores = reward(
-        prompts=[None] * len(texts),
-        completions=texts,
-        seed=[5] * len(texts),
-        split=["train"] * len(texts),
-        history=[json.dumps(history)] * len(texts),
-    )
-    for text, score in zip(texts, scores):
-        env.restore(5, "train", history)
-        result = env.step(text)
-        if "invalid" in result.info:
-            assert score == INVALID_PENALTY
-            continue
-        while not result.done:
-            if action_space == "free":
-                [action] = generate_actions(
-                    model,
-                    tokenizer,
-                    [env.render(result.observation)],
-                    greedy=True,
-                    max_new_tokens=config.grpo.max_completion_length,
-                )
-            else:
-                offered = answers(result.observation)
-                [scores] = score_answers(model, tokenizer, [env.render(result.observation)], [offered])
-                action = offered[scores.index(max(scores))]
-            result = env.step(action)
-        assert score == pytest.approx(result.info["episode_return"])
-        assert score >= 0 > INVALID_PENALTY  # a legal action, however the model goes on, beats garbage
-
-
-def test_grpo_with_policy_actor_trains(trained, tmp_path):
-    config, run = _fresh(trained, tmp_path, **{"grpo.continuation": "policy", "grpo.max_steps": 2})
-    record = run_grpo(config, run)
-    assert record["metrics"]["steps"] == 2 and record["params"]["continuation"] == "policy"
-    rewards = [json.loads(line) for line in (run.dir / "grpo" / "samples.jsonl").read_text().splitlines()]
-    assert rewards and all(INVALID_PENALTY <= r["reward"] <= 1.0 for r in rewards)
-
-
 def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.max_prompt_length": 64})
     with pytest.raises(PromptTooLongError, match="exceed grpo.max_prompt_length=64"):
@@ -362,16 +307,6 @@ def test_hub_id_code_path_loads_a_local_folder_with_lora(trained, tmp_path):
     assert record["metrics"]["full_finetune"] is False and record["metrics"]["backend"] == "trl_transformers"
     assert not (target / "sft" / "base_model").exists()  # nothing was built: the folder was loaded by path
     assert math.isfinite(record["metrics"]["loss_last"])
-
-
-def test_attack_suite_under_policy_actor_still_holds(trained):
-    """With grpo.continuation=policy the anti-hacking suite scores with the policy finishing episodes; every
-    attack still scores at most the worst legal action, because a legal action scores the episode's return."""
-    config = _config(**{"grpo.continuation": "policy"})
-    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
-    results = attack_suite(config, seeds=range(2), policy={"model": model, "tokenizer": tokenizer})
-    applied = {name: r for name, r in results.items() if r["states"]}
-    assert len(applied) >= 15 and all(r["passed"] for r in applied.values())
 
 
 def _greedy_ids(model, tokenizer, messages, tokens=8):

@@ -56,12 +56,11 @@ ATTACKS: dict[str, Callable] = {
 }
 
 
-def attack_suite(config, seeds=range(20), split: str = "holdout", policy: dict | None = None) -> dict:
-    """Score every attack kind at every state against the worst legal action there. Returns per-kind results.
-    With `grpo.continuation: policy` the reward needs `policy` ({"model", "tokenizer"}) to finish episodes."""
+def attack_suite(config, seeds=range(20), split: str = "holdout") -> dict:
+    """Score every attack kind at every state against the worst legal action there. Returns per-kind results."""
     from ..reward import make_reward_function
 
-    reward = make_reward_function(config, policy=policy)
+    reward = make_reward_function(config)
     spec = config.spec
     env = spec.make_env()
 
@@ -118,15 +117,7 @@ def training_rule_hits(train_log: Path) -> dict:
 
 
 def build_report(config, run, eval_report: dict) -> dict:
-    policy = None
-    if config.grpo.continuation == "policy":  # the reward GRPO trained on: the trained policy finishes episodes
-        from ..inference import load_policy_model
-        from .closed_loop import model_artifacts
-
-        grpo = model_artifacts(config, run)["grpo"]
-        model, tokenizer, _ = load_policy_model(grpo["model"], config.model, grpo["adapter"])
-        policy = {"model": model, "tokenizer": tokenizer}
-    attacks = attack_suite(config, policy=policy)
+    attacks = attack_suite(config)
     holdout = eval_report["splits"]["holdout"]["policies"]
     grpo_stage = run.read_stage("grpo")
     train_log = Path(grpo_stage["outputs"]["adapter"]).parent / "train_log.jsonl"
@@ -136,7 +127,7 @@ def build_report(config, run, eval_report: dict) -> dict:
         "all_attacks_passed": all(a["passed"] for a in attacks.values()),
         "rule": "each attack kind scores at most the worst legal action at the same state (GRPO reward: "
         "episodes.action_returns + blocklist, episodes finished by the "
-        f"{'trained policy' if policy else config.reference_policy + ' policy'}), "
+        f"{config.reference_policy} policy), "
         f"on every state of 20 held-out episodes of the teacher ({config.spec.teacher})",
         "trivial_policies": {
             name: {"mean_return": p["mean_return"], "ci95": p["ci95"]}

@@ -218,7 +218,6 @@ def run_corpus(config: RunConfig, run: Run) -> dict:
         config.reference_policy,
         random.Random(config.seed),
         c.grpo_improvable_share,
-        c.grpo_improvable_margin,
     )
     dagger = None
     if c.dagger_from:  # the teacher's labels at an earlier SFT's own states (lib/training/dagger.py)

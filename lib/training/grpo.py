@@ -181,7 +181,7 @@ def train_grpo(
     args = _grpo_args(config, run, stage, out, source["trl"])
     guard = FiniteLossGuard()
     policy = {"tokenizer": tokenizer}
-    reward = source["reward"] or make_reward_function(config, out / "samples.jsonl", policy)
+    reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
     timings: dict[str, float] = {}
     trainer = timed_trainer_class(timings)(
         model=model,

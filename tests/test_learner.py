@@ -1,0 +1,95 @@
+"""The cheap pretrained learner's options (lib/models.py): precision on a CPU (bf16 where the CPU has it, an error
+where it does not), a model cut to its first k layers, and adapters on the top layers only. Each on a tiny model of
+random weights saved to a local folder, the path a hub id or the embedded SmolLM2 takes."""
+
+import pytest
+import torch
+
+from lib.candidates import answers, score_answers
+from lib.config import ConfigError, LoraConfig, ModelConfig, TinyModelConfig, load_config
+from lib.envs import get_spec
+from lib.models import DepthCutError, PrecisionError, build_tiny, load_model, lora_config, resolved_precision
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A 4-layer tiny model of random weights whose tokenizer has seen PolyGuard's prompts."""
+    spec = get_spec("polyguard")
+    env = spec.make_env()
+    texts = [m["content"] for seed in range(4) for m in env.render(env.reset(seed, "train"))] + [spec.vocabulary()]
+    return build_tiny(texts, TinyModelConfig(num_hidden_layers=4), tmp_path_factory.mktemp("tiny4"), seed=0)
+
+
+def _local(folder, **settings) -> ModelConfig:
+    return ModelConfig(name=str(folder), **settings)
+
+
+def _cpu_with(monkeypatch, flags: list[str]) -> None:
+    monkeypatch.setattr("lib.runs.cpu_bf16", lambda: list(flags))
+    monkeypatch.setattr("lib.models.cuda_available", lambda: False)
+
+
+def test_auto_precision_on_a_cpu_is_bf16_where_it_has_bf16_instructions_and_fp32_elsewhere(monkeypatch):
+    _cpu_with(monkeypatch, ["avx512_bf16"])
+    assert resolved_precision(ModelConfig(name="x", precision="auto")) == "bf16"
+    assert resolved_precision(ModelConfig(name="x", precision="fp16")) == "fp32"  # a CPU has no fast fp16
+    _cpu_with(monkeypatch, [])
+    assert resolved_precision(ModelConfig(name="x", precision="auto")) == "fp32"
+    assert resolved_precision(ModelConfig(name="x", precision="fp32")) == "fp32"
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_a_clear_error(monkeypatch, folder):
+    _cpu_with(monkeypatch, [])
+    with pytest.raises(PrecisionError, match="amx_bf16, avx512_bf16"):
+        load_model(folder, _local(folder, precision="bf16"))
+
+
+def test_bf16_candidate_scores_differ_from_fp32_by_rounding_only(monkeypatch, folder):
+    """The same weights scored in bf16 and in fp32: every answer's log-likelihood within bf16's rounding (8 bits of
+    mantissa over ~10 answer tokens), and the loaded weights really are bf16."""
+    _cpu_with(monkeypatch, ["avx512_bf16"])
+    spec = get_spec("polyguard")
+    env = spec.make_env()
+    observations = [env.reset(seed, "holdout") for seed in range(6)]
+    messages, offered = [env.render(o) for o in observations], [answers(o) for o in observations]
+    wide, _, _ = load_model(folder, _local(folder, precision="fp32"), trainable=False)
+    narrow, tokenizer, _ = load_model(folder, _local(folder, precision="bf16"), trainable=False)
+    assert next(narrow.parameters()).dtype == torch.bfloat16 and next(wide.parameters()).dtype == torch.float32
+    exact = score_answers(wide.eval(), tokenizer, messages, offered)
+    rounded = score_answers(narrow.eval(), tokenizer, messages, offered)
+    for a, b in zip(exact, rounded):
+        differences = [abs(x - y) for x, y in zip(a, b)]
+        assert max(differences) <= 0.03 * max(abs(x) for x in a) + 0.05, (a, b)
+        assert max(differences) > 0  # it did compute in bf16
+
+
+def test_a_cut_keeps_the_first_layers_and_a_cut_deeper_than_the_model_is_an_error(folder):
+    model, _, _ = load_model(folder, _local(folder, keep_layers=2))
+    assert len(model.get_decoder().layers) == 2 and model.config.num_hidden_layers == 2
+    full, _, _ = load_model(folder, _local(folder))
+    first = full.get_decoder().layers[0].self_attn.q_proj.weight
+    assert torch.equal(model.get_decoder().layers[0].self_attn.q_proj.weight, first)
+    with pytest.raises(DepthCutError, match="keep_layers is 5, but the model has only 4 decoder layers"):
+        load_model(folder, _local(folder, keep_layers=5))
+    with pytest.raises(ConfigError, match="model.keep_layers"):
+        load_config("gpu-smollm2", {"model.keep_layers": 0})
+
+
+def test_a_saved_cut_model_loads_again_under_the_same_setting(folder, tmp_path):
+    model, tokenizer, _ = load_model(folder, _local(folder, keep_layers=3))
+    model.save_pretrained(tmp_path / "cut")
+    tokenizer.save_pretrained(tmp_path / "cut")
+    again, _, _ = load_model(tmp_path / "cut", _local(tmp_path / "cut", keep_layers=3))
+    assert len(again.get_decoder().layers) == 3
+
+
+def test_adapters_on_the_top_layers_only_and_a_count_past_the_model_is_an_error(folder):
+    from peft import get_peft_model
+
+    model, _, _ = load_model(folder, _local(folder, lora=LoraConfig(top_layers=1)))
+    peft_model = get_peft_model(model, lora_config(_local(folder, lora=LoraConfig(top_layers=1)), model))
+    trained = {name.split(".layers.")[1].split(".")[0] for name, p in peft_model.named_parameters() if p.requires_grad}
+    assert trained == {"3"}
+    model, _, _ = load_model(folder, _local(folder))
+    with pytest.raises(DepthCutError, match="top_layers is 7, but the model has 4 decoder layers"):
+        lora_config(_local(folder, lora=LoraConfig(top_layers=7)), model)

@@ -512,8 +512,16 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     assert report["sft-teacher"]["mean"] == pytest.approx(sft["mean_return"] - teacher["mean_return"])
     assert report["sft_seconds"] == run.read_stage("sft")["duration_s"] > 0
     assert 1 <= report["distinct_actions"] and 1 <= report["teacher_distinct_actions"]
+    assert report["learner"] == {
+        "model": "tiny",
+        "keep_layers": None,
+        "lora_top_layers": None,
+        "precision": "fp32",
+        "labels": config.spec.teacher,
+    }
     [point] = imitation_points([run.dir])
     assert (point["env"], point["sft_minus_teacher"]) == (config.env, report["sft-teacher"]["mean"])
+    assert point["learner"] == "tiny"
     assert len(imitation_chart([run.dir]).axes) == 1
     moved = Run(_copy(run, tmp_path), config)
     shutil.rmtree(moved.dir / "sft" / "model")

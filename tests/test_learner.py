@@ -93,3 +93,41 @@ def test_adapters_on_the_top_layers_only_and_a_count_past_the_model_is_an_error(
     model, _, _ = load_model(folder, _local(folder))
     with pytest.raises(DepthCutError, match="top_layers is 7, but the model has 4 decoder layers"):
         lora_config(_local(folder, lora=LoraConfig(top_layers=7)), model)
+
+
+@pytest.mark.slow
+def test_the_learner_benchmark_reports_both_learners_the_bare_loop_and_the_ratios(folder, tmp_path):
+    """`bench-learner` end to end on a local 4-layer model (the embedded SmolLM2 takes minutes a step on 2 cores):
+    both learners through the sft stage, scoring and evaluation, the bare loop beside them, the ratios on top."""
+    import json
+
+    import yaml
+
+    from lib.bench.bench_learner import run_bench
+    from lib.config import PROFILES_DIR
+    from tests.micro import MICRO
+
+    profile = yaml.safe_load((PROFILES_DIR / "cpu-smoke.yaml").read_text())
+    profile["model"] = {"name": str(folder), "sft_full_finetune": False, "lora": {"top_layers": 2}}
+    profile["corpus"]["sft_episodes"] = MICRO["corpus.sft_episodes"]
+    profile["corpus"]["grpo_prompts"] = MICRO["corpus.grpo_prompts"]
+    path = tmp_path / "bench-profile.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    report = run_bench(str(path), sft_steps=2, states=4, episodes=2, out=tmp_path / "bench.json")
+    assert json.loads((tmp_path / "bench.json").read_text())["speedup"] == report["speedup"]
+    assert set(report["speedup"]) == {"sft", "evaluate", "scoring"} and report["sft_of_bare"] > 0
+    assert report["arms"]["today"]["model"]["lora_top_layers"] is None
+    assert report["arms"]["chosen"]["model"]["lora_top_layers"] == 2
+    assert report["arms"]["chosen"]["sft"]["steps"] == 2 and report["bare_loop"]["steps"] == 2
+    assert report["arms"]["chosen"]["evaluation"]["episodes"] == 2
+
+
+def test_a_learner_is_named_by_its_model_and_the_options_that_cheapened_it():
+    from lib.reporting.compare import learner_label
+
+    assert learner_label({"model": "tiny"}) == "tiny"
+    smollm2 = {"model": "smollm2-135m-instruct", "precision": "bf16", "keep_layers": None, "lora_top_layers": 4}
+    assert learner_label(smollm2) == "SmolLM2 (bf16, adapters top 4)"
+    assert learner_label({**smollm2, "keep_layers": 10, "labels": "improver"}) == (
+        "SmolLM2 (bf16, first 10 layers, adapters top 4, improver labels)"
+    )

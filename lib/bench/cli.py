@@ -1,6 +1,6 @@
-"""The benchmark and probe verbs of `python -m lib`: `bench-gpu`, `bench-train`, `bench-speed`, `bench-serve`,
-`probe-explore` and `fingerprint`; code that measures the workbook, never part of a run's stages. Registered by
-lib/__main__.py; heavy imports happen only when a verb runs."""
+"""The benchmark and probe verbs of `python -m lib`: `bench-gpu`, `bench-train`, `bench-speed`, `bench-learner`,
+`bench-serve`, `probe-explore` and `fingerprint`; code that measures the workbook, never part of a run's stages.
+Registered by lib/__main__.py; heavy imports happen only when a verb runs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def _bench_speed(args) -> int:
     from .bench_speed import run_bench
 
     run_bench(args.profile, args.baseline_ref, args.grpo_steps, args.eval_episodes, args.out, args.sft_steps)
+    return 0
+
+
+def _bench_learner(args) -> int:
+    """The pretrained learner on this CPU: today's path, the profile's learner and its bare loop
+    (lib/bench/bench_learner.py); writes one JSON."""
+    from .bench_learner import run_bench
+
+    run_bench(args.profile, args.sft_steps, args.states, args.episodes, args.out)
     return 0
 
 
@@ -190,6 +199,17 @@ def add_verbs(verbs) -> None:
     t.add_argument("--eval-episodes", type=int, default=100)
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_speed)
+    t = verbs.add_parser(
+        "bench-learner",
+        help="benchmark: the pretrained learner on this CPU; SFT tokens/s, scoring states/s and evaluation episodes/s "
+        "of today's path (full SmolLM2, fp32) against the profile's learner, beside its bare loop (one JSON)",
+    )
+    t.add_argument("--profile", default="cpu-smollm2-polyguard")
+    t.add_argument("--sft-steps", type=int, default=6, help="optimizer steps of each SFT (its rate only)")
+    t.add_argument("--states", type=int, default=48, help="corpus states each learner scores")
+    t.add_argument("--episodes", type=int, default=16, help="greedy holdout episodes each learner plays")
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_learner)
     b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
     b.add_argument("--env", required=True, help=env_help())
     b.add_argument("--clients", type=int, default=32)

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
+from ..models import is_tiny
 from ..runs import seed_everything
 from ..stats import gap_closure, paired_difference
 from .ablations import run_ablations
@@ -219,6 +220,14 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
         "split": split,
         "episodes": episodes,
         "teacher": teacher_name,
+        # the learner: which model, the layers it keeps, the precision it ran in, and whose labels it learned
+        "learner": {
+            "model": config.model.name,
+            "keep_layers": config.model.keep_layers,
+            "lora_top_layers": None if is_tiny(config.model) else config.model.lora.top_layers,
+            "precision": sft["metrics"].get("precision", "fp32"),
+            "labels": config.corpus.sft_policy or teacher_name,
+        },
         "sft_seconds": sft.get("duration_s"),
         "policies": {
             "sft": summarize(model_episodes, model_actions),

@@ -120,10 +120,12 @@ def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
         if check.get("sft_seconds") is None:
             raise ValueError(f"{path}: the sft stage recorded no duration_s")
         d = check["sft-teacher"]
+        learner = check.get("learner") or {"model": "tiny"}  # checks made before the field: the tiny model
         points.append(
             {
                 "env": check["env"],
                 "run": run.name,
+                "learner": learner_label(learner),
                 "sft_seconds": float(check["sft_seconds"]),
                 "sft_minus_teacher": d["mean"],
                 "ci95": d["ci95"],
@@ -131,6 +133,19 @@ def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
             }
         )
     return points
+
+
+def learner_label(learner: dict) -> str:
+    """A learner in a few words: its model, with the cheapening options it ran with (precision, cut, top adapters)."""
+    name = "SmolLM2" if learner["model"] == "smollm2-135m-instruct" else Path(str(learner["model"])).name
+    extras = [learner.get("precision")] if learner.get("precision") not in (None, "fp32") else []
+    if learner.get("keep_layers"):
+        extras.append(f"first {learner['keep_layers']} layers")
+    if learner.get("lora_top_layers"):
+        extras.append(f"adapters top {learner['lora_top_layers']}")
+    if learner.get("labels") == "improver":
+        extras.append("improver labels")
+    return name + (f" ({', '.join(extras)})" if extras else "")
 
 
 def imitation_chart(runs: list, split: str = "holdout", bar: float = -0.03):
@@ -152,7 +167,7 @@ def imitation_chart(runs: list, split: str = "holdout", bar: float = -0.03):
             y = p["sft_minus_teacher"]
             ax.errorbar(
                 [p["sft_seconds"]], [y], yerr=[[y - low], [high - y]], fmt=markers[i % len(markers)], capsize=3,
-                color=color, label=f"{p['run']} ({p['actions']} actions)",
+                color=color, label=f"{p['run']}: {p['learner']} ({p['actions']} actions)",
             )  # fmt: skip
         ax.axhline(0.0, color="tab:orange", linewidth=1, label="teacher")
         ax.axhline(bar, color="grey", linestyle="--", linewidth=0.8, label=f"bar ({bar:+.2f})")

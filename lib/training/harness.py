@@ -32,8 +32,10 @@ from ..runs import Run
 
 
 def precision_flags(config: RunConfig) -> dict:
+    """The trainer's precision arguments: fp16 on a GPU only; bf16 (autocast) wherever the run resolved to bf16, a
+    CPU with bf16 instructions included (the weights are loaded in bf16 too: lib.models.load_model)."""
     on_cuda, precision = cuda_available(), resolved_precision(config.model)
-    return {"use_cpu": not on_cuda, "fp16": on_cuda and precision == "fp16", "bf16": on_cuda and precision == "bf16"}
+    return {"use_cpu": not on_cuda, "fp16": on_cuda and precision == "fp16", "bf16": precision == "bf16"}
 
 
 class TrackingUnavailableError(RuntimeError):

@@ -16,7 +16,7 @@ from ..distributed import is_main, wait_for_everyone
 from ..embedded import source_record
 from ..inference import load_policy_model
 from ..io import read_records
-from ..models import build_tiny, is_tiny, load_model, weights_sha256, with_lora
+from ..models import build_tiny, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .candidate_loss import ROW, candidate_table, with_candidate_loss
 from .harness import (
@@ -137,6 +137,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         outputs={"model": str(model_dir)},
         metrics={
             "backend": backend,
+            "precision": resolved_precision(config.model),
             "logprob_kernel": logprob_kernel,
             "steps": trainer.state.global_step,
             "answer_tokens_max": answer_tokens,

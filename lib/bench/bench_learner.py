@@ -8,7 +8,8 @@ For each of the two learners it runs what a user runs:
 - scoring: the saved SFT model scores every offered candidate at `--states` corpus states (`lib.candidates`,
   the policy's own pass): states/s;
 - evaluation: the saved SFT model plays `--episodes` greedy holdout episodes (the evaluate stage's
-  `run_model_episodes`): episodes/s.
+  `run_model_episodes`): episodes/s and actions/s. The evaluation speedup is taken per action: a few SFT steps leave
+  two policies that end their episodes after different numbers of turns, and episodes/s would count that too.
 Beside them, the bare loop: the chosen learner (same weights, precision, adapters and batches) trained by a plain
 loop of forward, the answer tokens' loss through the output layer, backward and an AdamW step. Its tokens/s is the
 limit the SFT stage is compared with (`sft_of_bare`). The JSON's top level holds the ratios: `speedup.sft` and
@@ -110,7 +111,9 @@ def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: 
     from ..training.corpus import run_corpus  # noqa: F401 (the corpus stage wrote corpus_dir)
     from ..training.sft import run_sft
 
-    config = override_config(config, {"sft.max_steps": sft_steps, "sft.check_episodes": 0}, f"the {name} learner")
+    config = override_config(
+        config, {"sft.max_steps": sft_steps, "sft.check_episodes": 0, "sft.logging_steps": 1}, f"the {name} learner"
+    )
     run = Run(work / name, config)
     shutil.copytree(corpus_dir, run.stage_dir("corpus"), dirs_exist_ok=True)
     record = json.loads((corpus_dir / "stage.json").read_text())
@@ -124,7 +127,7 @@ def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: 
     score_answers(loaded[0], loaded[1], messages, offered)
     scoring_s = time.perf_counter() - began
     began = time.perf_counter()
-    played, _ = run_model_episodes(config, loaded, range(episodes), "holdout", desc=f"bench/{name}")
+    played, actions = run_model_episodes(config, loaded, range(episodes), "holdout", desc=f"bench/{name}")
     evaluation_s = time.perf_counter() - began
     return {
         "model": {
@@ -146,6 +149,8 @@ def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: 
             "episodes": episodes,
             "seconds": round(evaluation_s, 3),
             "episodes_per_s": round(episodes / evaluation_s, 4),
+            "actions": len(actions),
+            "actions_per_s": round(len(actions) / evaluation_s, 3),
             "mean_return": round(sum(e.episode_return for e in played) / len(played), 4),
         },
     }
@@ -170,8 +175,10 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
     report = {
         "speedup": {
             "sft": round(arms["chosen"]["sft"]["tokens_per_s"] / arms["today"]["sft"]["tokens_per_s"], 2),
+            # per action played: two briefly trained policies play episodes of different lengths, so episodes/s
+            # would also measure how soon each policy ends its episodes (both are in `arms`)
             "evaluate": round(
-                arms["chosen"]["evaluation"]["episodes_per_s"] / arms["today"]["evaluation"]["episodes_per_s"], 2
+                arms["chosen"]["evaluation"]["actions_per_s"] / arms["today"]["evaluation"]["actions_per_s"], 2
             ),
             "scoring": round(arms["chosen"]["scoring"]["states_per_s"] / arms["today"]["scoring"]["states_per_s"], 2),
         },

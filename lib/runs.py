@@ -200,6 +200,21 @@ class Run:
     def manifest(self) -> dict:
         return read_json_record(self.dir / "manifest.json", "the run's manifest")
 
+    def refuse_retired(self) -> None:
+        """A RetiredSettingError when the run was made with a setting since retired at a value the code can no longer
+        honour (`lib.config.RETIRED`): its files still read, replay and gate, but no stage is re-run on it."""
+        from .config import RETIRED, retired_in
+
+        if not (self.dir / "manifest.json").exists():
+            return
+        found = retired_in(self.manifest().get("config", {}))
+        if found:
+            raise RetiredSettingError(
+                f"{self.dir} was made with settings since retired: "
+                + "; ".join(f"{key}={value!r} ({RETIRED[key][1]})" for key, value in found.items())
+                + ". Its files still load, replay and gate; a stage cannot be re-run on it: start a new run"
+            )
+
     def update_manifest(self, **fields) -> None:
         if not is_main():  # rank 0 alone writes the run's files (lib/distributed.py)
             return
@@ -266,6 +281,10 @@ class Run:
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
         return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
+
+
+class RetiredSettingError(RuntimeError):
+    """The run was made with a setting the code no longer has; it can be read, replayed and gated, not re-run."""
 
 
 def manifest_config(manifest: dict, path: Path) -> RunConfig:

@@ -195,8 +195,8 @@ def test_a_run_made_before_settings_were_retired_still_loads_replays_and_gates(t
 
     from lib.config import RETIRED
     from lib.gate import run_gate
-    from lib.pipeline.stages import RetiredSettingError, run_stage
-    from lib.runs import Run, read_config
+    from lib.pipeline.stages import run_stage
+    from lib.runs import RetiredSettingError, Run, read_config
     from lib.serve import replay
 
     committed = Path(__file__).resolve().parents[1] / "outputs" / "cmp-mt-s1"

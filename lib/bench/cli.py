@@ -204,7 +204,9 @@ def add_verbs(verbs) -> None:
         help="benchmark: the pretrained learner on this CPU; SFT tokens/s, scoring states/s and evaluation episodes/s "
         "of today's path (full SmolLM2, fp32) against the profile's learner, beside its bare loop (one JSON)",
     )
-    t.add_argument("--profile", default="cpu-smollm2-polyguard")
+    t.add_argument(
+        "--profile", required=True, help="the learner to measure against today's path (a cpu-smollm2-* profile)"
+    )
     t.add_argument("--sft-steps", type=int, default=6, help="optimizer steps of each SFT (its rate only)")
     t.add_argument("--states", type=int, default=48, help="corpus states each learner scores")
     t.add_argument("--episodes", type=int, default=16, help="greedy holdout episodes each learner plays")

@@ -98,31 +98,12 @@ def notebooks(names: list[str] | None = None) -> list[tuple[str, list[str]]]:
     return list(out.items())
 
 
-class RetiredSettingError(RuntimeError):
-    """The run was made with a setting the code no longer has; it can be read, replayed and gated, not re-run."""
-
-
-def refuse_retired_run(run) -> None:
-    from ..config import RETIRED, retired_in
-
-    manifest = run.dir / "manifest.json"
-    if not manifest.exists():
-        return
-    found = retired_in(run.manifest().get("config", {}))
-    if found:
-        raise RetiredSettingError(
-            f"{run.dir} was made with settings since retired: "
-            + "; ".join(f"{key}={value!r} ({RETIRED[key][1]})" for key, value in found.items())
-            + ". Its files still load, replay and gate; a stage cannot be re-run on it: start a new run"
-        )
-
-
 def run_stage(stage: str, config, run, resume_from=None) -> dict:
     """One stage by name: the CLI, the notebooks and the runner all come through here."""
     found = next((s for s in STAGES if s.name == stage), None)
     if found is None:
         raise ValueError(f"unknown stage {stage!r}; choose one of {list(STAGE_NAMES)}")
     if stage != "report":  # the report reads what the run wrote; every other stage would act on the config
-        refuse_retired_run(run)
+        run.refuse_retired()
     call = found.function
     return call(config, run, resume_from=resume_from) if stage == "grpo" else call(config, run)

@@ -159,8 +159,8 @@ def test_improvable_margin_keeps_only_states_where_the_teacher_loses_that_much()
     assert stats["improvable_kept"] == sum(g >= 0.2 for g in gains) == 15  # the quota is filled with big losses only
     loose, _ = grpo_rows(SPEC, env, range(200, 230), policies, 30, "heuristic", random.Random(0), improvable_share=0.5)
     assert sum(r["best_return"] - r["reference_return"] >= 0.2 for r in loose) < 15  # 0.05 lets small gains in
-    with pytest.raises(ValueError, match="grpo_improvable_margin"):
-        load_config("cpu-smoke", {"corpus.grpo_improvable_margin": 0.01})
+    with pytest.raises(ValueError, match="corpus.grpo_improvable_margin: retired"):  # a function argument now
+        load_config("cpu-smoke", {"corpus.grpo_improvable_margin": 0.2})
 
 
 def test_grpo_rows_record_every_candidates_return_and_the_references_answer(corpus_run):

@@ -193,10 +193,8 @@ def drop_retired(data: dict) -> dict:
     """A copy of a config mapping without its retired keys (a manifest read as a record)."""
     data = json.loads(json.dumps(data))
     for dotted in RETIRED:
-        *parents, leaf = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
+        parent, leaf = dotted.rsplit(".", 1)
+        node = _lookup(data, parent)
         if isinstance(node, dict):
             node.pop(leaf, None)
     return data

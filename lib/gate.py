@@ -93,10 +93,11 @@ def _manifest(run_dir: Path) -> str:
         if expected is not None:
             params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
             section = STAGE_SECTION.get(stage.removesuffix("_no_sft"))
-            if section:  # a record made before a setting was retired still names it; the config no longer does
-                params = drop_retired({section: params})[section]
             wanted = expected(config)
-            if section:  # a setting added since the stage ran, at its default, is what the stage did
+            if section:
+                # a record made before a setting was retired still names it; the config no longer does
+                params = drop_retired({section: params})[section]
+                # a setting added since the stage ran, at its default, is what the stage did
                 fields = type(getattr(config, section)).model_fields
                 wanted = {
                     k: v

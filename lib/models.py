@@ -45,7 +45,7 @@ def resolved_precision(model_config: ModelConfig) -> str:
     """The precision a run trains and scores in. On a GPU: `auto` is bf16 where the GPU has it, fp16 on one without
     (a T4). On a CPU: `auto` is bf16 where the CPU has bf16 instructions (`lib.runs.cpu_bf16`: AMX or avx512_bf16),
     else fp32; fp16 means fp32 (a CPU has no fast fp16); bf16 on a CPU without them is a PrecisionError."""
-    from .runs import cpu_bf16
+    from .runs import BF16_FLAGS, cpu_bf16
 
     asked = model_config.precision
     if cuda_available():  # pragma: no cover - CUDA only
@@ -55,14 +55,11 @@ def resolved_precision(model_config: ModelConfig) -> str:
     if asked == "bf16" and not cpu_bf16():
         raise PrecisionError(
             "model.precision is bf16, but this CPU has none of the bf16 instructions "
-            f"({', '.join(BF16_NAMES)}): bf16 would be emulated, slower than fp32. Use model.precision: fp32 or auto"
+            f"({', '.join(BF16_FLAGS)}): bf16 would be emulated, slower than fp32. Use model.precision: fp32 or auto"
         )
     if asked == "auto":
         return "bf16" if cpu_bf16() else "fp32"
     return "bf16" if asked == "bf16" else "fp32"
-
-
-BF16_NAMES = ("amx_bf16", "avx512_bf16")
 
 
 def backend_for(model_config: ModelConfig) -> str:
@@ -158,8 +155,6 @@ def keep_layers(model, layers: int | None):
         return model
     decoder = model.get_decoder()
     have = len(decoder.layers)
-    if layers > have and have != model.config.num_hidden_layers:  # pragma: no cover - a broken checkpoint
-        raise DepthCutError(f"the model has {have} layers but its config says {model.config.num_hidden_layers}")
     if layers > have:
         raise DepthCutError(
             f"model.keep_layers is {layers}, but the model has only {have} decoder layers: choose 1 to {have}"

@@ -108,20 +108,16 @@ def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: 
     from ..candidates import score_answers
     from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
-    from ..training.corpus import run_corpus  # noqa: F401 (the corpus stage wrote corpus_dir)
     from ..training.sft import run_sft
 
     config = override_config(
         config, {"sft.max_steps": sft_steps, "sft.check_episodes": 0, "sft.logging_steps": 1}, f"the {name} learner"
     )
     run = Run(work / name, config)
-    shutil.copytree(corpus_dir, run.stage_dir("corpus"), dirs_exist_ok=True)
-    record = json.loads((corpus_dir / "stage.json").read_text())
-    record["outputs"] = {k: str(run.stage_dir("corpus") / Path(v).name) for k, v in record["outputs"].items()}
-    (run.stage_dir("corpus") / "stage.json").write_text(json.dumps(record))
+    shutil.copytree(corpus_dir, run.stage_dir("corpus"), dirs_exist_ok=True)  # its record's paths are run-relative
     sft = run_sft(config, run)
     loaded = load_policy_model(sft["outputs"]["model"], config.model)
-    rows = read_records(record["outputs"]["sft.jsonl"], missing_ok=False)
+    rows = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"], missing_ok=False)
     messages, offered = _states(config, rows, states)
     began = time.perf_counter()
     score_answers(loaded[0], loaded[1], messages, offered)

@@ -10,15 +10,19 @@ curve.
 
 The prompt is read once per state, in a batch with no padding mask, and every candidate's own tokens are then
 scored against its cache in one small second pass (`score_answers`), so scoring k candidates costs little more
-than reading the prompt once.
+than reading the prompt once. The tokens every prompt of a call begins with (the chat template's start and the
+environment's instructions) are read once per call, not once per state.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 
 import torch
+from transformers import DynamicCache
 
 from .envs.base import format_action
 
@@ -75,6 +79,7 @@ def score_answers(
     message_batches: list[list[dict]],
     answer_batches: list[list[str]],
     max_tokens: int | None = None,
+    share_prefix: bool | None = None,
 ) -> list[list[float]]:
     """log p(answer, then end of turn | prompt) of every answer of every prompt.
 
@@ -86,11 +91,18 @@ def score_answers(
     Only the hidden states that predict answer tokens go through the output layer. States are sorted by length and
     batched up to `max_tokens` prompt tokens a pass (default: `pass_tokens` of the model's device; a state longer than
     that has a pass of its own); the scores come back in the order given. The pass size changes the arithmetic's
-    blocking, so scores differ between pass sizes by float rounding only (about 5e-6)."""
+    blocking, so scores differ between pass sizes by float rounding only (about 5e-6).
+
+    With `share_prefix` (unset: True, unless inside `whole_prompts()`), the tokens that every prompt of the call begins
+    with are read once, in a pass of their own, and their key/value cache is lent to every pass: the same scores up
+    to float rounding, without reading an environment's instructions once per state (`_common_prefix`)."""
     device = next(model.parameters()).device
     max_tokens = max_tokens or pass_tokens(device)
     pad = _pad_id(tokenizer)
     rows = _rows(tokenizer, message_batches, answer_batches)
+    if share_prefix is None:
+        share_prefix = _SHARE_PREFIX.get()
+    prefix = _common_prefix(model, rows, device) if share_prefix else None
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
     scores: list[list[float]] = [[] for _ in rows]
     start = 0
@@ -99,7 +111,7 @@ def score_answers(
         while end < len(order) and (end + 1 - start) * len(rows[order[end]][0]) <= max_tokens:
             end += 1
         batch = order[start:end]
-        for index, values in zip(batch, _score_rows(model, [rows[i] for i in batch], pad, device)):
+        for index, values in zip(batch, _score_rows(model, [rows[i] for i in batch], pad, device, prefix)):
             scores[index] = values.tolist()
         start = end
     return scores
@@ -130,13 +142,53 @@ def _rows(tokenizer, message_batches, answer_batches) -> list[tuple]:
     return rows
 
 
-def _score_rows(model, rows, pad: int, device) -> list[torch.Tensor]:
+_SHARE_PREFIX = contextvars.ContextVar("share_prefix", default=True)
+
+
+@contextlib.contextmanager
+def whole_prompts():
+    """Inside it, `score_answers` reads every prompt whole, as it did before the shared prefix: the benchmark's
+    baseline (lib/bench/bench_learner.py), through the actors that call it."""
+    token = _SHARE_PREFIX.set(False)
+    try:
+        yield
+    finally:
+        _SHARE_PREFIX.reset(token)
+
+
+# The fewest tokens worth a pass of their own as the shared prefix of a call's prompts.
+MIN_PREFIX = 16
+
+
+def _common_prefix(model, rows, device) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+    """The tokens every row's prompt begins with, read once: (their count, each layer's keys and values for a batch of
+    one), or None when fewer than MIN_PREFIX tokens or fewer than two rows share them. The prefix stops before the
+    shortest prompt's last token, whose hidden state predicts its first answer token."""
+    if len(rows) < 2:
+        return None
+    first = rows[0][0]
+    length = min(prompt_length for _, prompt_length, *_ in rows) - 1
+    for shared, *_ in rows[1:]:
+        length = next((q for q in range(length) if shared[q] != first[q]), length)
+    if length < MIN_PREFIX:
+        return None
+    cache = model.get_decoder()(input_ids=torch.tensor([first[:length]], device=device), use_cache=True).past_key_values
+    return length, [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _score_rows(model, rows, pad: int, device, prefix=None) -> list[torch.Tensor]:
     count, width = len(rows), max(len(r[0]) for r in rows)
     ids = torch.full((count, width), pad, dtype=torch.long)
     for i, (shared, *_) in enumerate(rows):
         ids[i, : len(shared)] = torch.tensor(shared)
     decoder = model.get_decoder()
-    first = decoder(input_ids=ids.to(device), use_cache=True)
+    if prefix is None:
+        start, cache = 0, None
+    else:  # every row's cache starts as the prefix's own (expanded views: no copy until a pass appends to it)
+        start = prefix[0]
+        layers = [(k.expand(count, *k.shape[1:]), v.expand(count, *v.shape[1:])) for k, v in prefix[1]]
+        cache = DynamicCache(layers, config=model.config)
+    first = decoder(input_ids=ids[:, start:].to(device), past_key_values=cache, use_cache=True)
     # pass 2: the answers' own tokens, a state's answers side by side
     suffix_width = max(sum(len(t) - common for t in tails) for _, _, common, tails in rows)
     suffix_ids = torch.full((count, suffix_width), pad, dtype=torch.long)
@@ -175,7 +227,7 @@ def _score_rows(model, rows, pad: int, device) -> list[torch.Tensor]:
         column = 0
         for j, tail in enumerate(tails):
             own = tail[common:]
-            predictors = [first.last_hidden_state[i, prompt_length - 1 + q] for q in range(common + 1)]
+            predictors = [first.last_hidden_state[i, prompt_length - 1 + q - start] for q in range(common + 1)]
             predictors += [second.last_hidden_state[i, column + q] for q in range(len(own) - 1)]
             vectors += predictors
             targets += list(tail)

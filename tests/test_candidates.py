@@ -8,7 +8,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.candidates import answer_ids, answers, distribution, prompt_ids, score_answers
+from lib.candidates import (
+    MIN_PREFIX,
+    _common_prefix,
+    _rows,
+    answer_ids,
+    answers,
+    distribution,
+    prompt_ids,
+    score_answers,
+)
 from lib.config import ModelConfig, TinyModelConfig
 from lib.envs import get_spec
 from lib.envs.base import Action, parse_action
@@ -72,6 +81,40 @@ def test_prefix_shared_scores_equal_scoring_each_whole_sequence(random_model):
         assert len(scores) == len(options)
         for answer, score in zip(options, scores):
             assert score == pytest.approx(_naive_logprob(model, tokenizer, m, answer), abs=1e-3)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_the_instructions_every_prompt_begins_with_are_read_once_and_change_no_score(random_model, name):
+    model, tokenizer = random_model
+    states = [_state(name, seed, steps) for seed, steps in ((0, 0), (1, 3), (2, 1), (3, 5))]
+    messages = [env.render(obs) for env, obs in states]
+    offered = [answers(obs) for _, obs in states]
+    length, layers = _common_prefix(model, _rows(tokenizer, messages, offered), torch.device("cpu"))
+    assert length >= MIN_PREFIX and layers[0][0].shape[0] == 1  # the path under test is taken: one row, read once
+    shared = score_answers(model, tokenizer, messages, offered, max_tokens=1_000)  # several passes lend one cache
+    whole = score_answers(model, tokenizer, messages, offered, share_prefix=False)
+    for x, y, m, options in zip(shared, whole, messages, offered):
+        assert x == pytest.approx(y, abs=1e-4)
+        assert x[0] == pytest.approx(_naive_logprob(model, tokenizer, m, options[0]), abs=1e-3)
+    # one state shares nothing with another: no prefix pass
+    assert _common_prefix(model, _rows(tokenizer, messages[:1], offered[:1]), torch.device("cpu")) is None
+
+
+def test_whole_prompts_reads_every_prompt_whole_as_before(random_model, monkeypatch):
+    import lib.candidates as candidates
+
+    model, tokenizer = random_model
+    states = [_state("polyguard", seed, 1) for seed in range(3)]
+    messages, offered = [env.render(obs) for env, obs in states], [answers(obs) for _, obs in states]
+    calls = []
+    real = candidates._common_prefix
+    monkeypatch.setattr(candidates, "_common_prefix", lambda *a: calls.append(1) or real(*a))
+    with candidates.whole_prompts():
+        whole = score_answers(model, tokenizer, messages, offered)
+    assert calls == []
+    shared = score_answers(model, tokenizer, messages, offered)
+    assert calls == [1]
+    assert all(x == pytest.approx(y, abs=1e-4) for a, b in zip(whole, shared) for x, y in zip(a, b))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

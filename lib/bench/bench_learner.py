@@ -1,6 +1,6 @@
 """`python -m lib bench-learner`: a benchmark, not a test. The pretrained learner on this CPU: today's path (the
-full SmolLM2 in fp32, adapters on every layer) against a profile's chosen learner, and the chosen learner's bare
-PyTorch loop, in one run, on the same corpus rows and holdout seeds.
+full SmolLM2 in fp32, adapters on every layer, every prompt read whole) against a profile's chosen learner, and the
+chosen learner's bare PyTorch loop, in one run, on the same corpus rows and holdout seeds.
 
 For each of the two learners it runs what a user runs:
 - SFT: the sft stage for `--sft-steps` optimizer steps (TRL's SFTTrainer, the profile's batches), into a run folder
@@ -19,6 +19,7 @@ other several times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ from ..config import load_config, override_config
 from ..io import atomic_write_json, read_records
 from ..runs import Run, hardware, package_versions
 
-# today's path: the full pretrained model in fp32 with adapters on every layer
+# today's path: the full pretrained model in fp32 with adapters on every layer, every prompt read whole
 TODAY = {"model.precision": "fp32", "model.keep_layers": None, "model.lora.top_layers": None}
 
 
@@ -103,9 +104,12 @@ def _states(config, rows: list[dict], count: int) -> tuple[list, list]:
     return messages, offered
 
 
-def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: int, states: int, episodes: int):
-    """One learner through the sft stage, scoring and evaluation (see the module docstring)."""
-    from ..candidates import score_answers
+def measure_learner(
+    config, corpus_dir: Path, work: Path, name: str, sft_steps: int, states: int, episodes: int, share_prefix: bool
+):
+    """One learner through the sft stage, scoring and evaluation (see the module docstring); without `share_prefix`,
+    scoring and evaluation read every prompt whole (`lib.candidates.whole_prompts`), as today's path did."""
+    from ..candidates import score_answers, whole_prompts
     from ..evaluation.closed_loop import run_model_episodes
     from ..inference import load_policy_model
     from ..training.sft import run_sft
@@ -119,18 +123,20 @@ def measure_learner(config, corpus_dir: Path, work: Path, name: str, sft_steps: 
     loaded = load_policy_model(sft["outputs"]["model"], config.model)
     rows = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"], missing_ok=False)
     messages, offered = _states(config, rows, states)
-    began = time.perf_counter()
-    score_answers(loaded[0], loaded[1], messages, offered)
-    scoring_s = time.perf_counter() - began
-    began = time.perf_counter()
-    played, actions = run_model_episodes(config, loaded, range(episodes), "holdout", desc=f"bench/{name}")
-    evaluation_s = time.perf_counter() - began
+    with contextlib.nullcontext() if share_prefix else whole_prompts():
+        began = time.perf_counter()
+        score_answers(loaded[0], loaded[1], messages, offered)
+        scoring_s = time.perf_counter() - began
+        began = time.perf_counter()
+        played, actions = run_model_episodes(config, loaded, range(episodes), "holdout", desc=f"bench/{name}")
+        evaluation_s = time.perf_counter() - began
     return {
         "model": {
             "name": config.model.name,
             "precision": sft["metrics"].get("precision"),
             "keep_layers": config.model.keep_layers,
             "lora_top_layers": config.model.lora.top_layers,
+            "share_prefix": share_prefix,
         },
         "sft": {
             "steps": sft["metrics"]["steps"],
@@ -164,8 +170,8 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
         corpus_dir = corpus_run.stage_dir("corpus")
         rows = read_records(corpus_dir / "sft.jsonl", missing_ok=False)
         arms = {
-            "today": measure_learner(today, corpus_dir, work, "today", sft_steps, states, episodes),
-            "chosen": measure_learner(chosen, corpus_dir, work, "chosen", sft_steps, states, episodes),
+            "today": measure_learner(today, corpus_dir, work, "today", sft_steps, states, episodes, False),
+            "chosen": measure_learner(chosen, corpus_dir, work, "chosen", sft_steps, states, episodes, True),
         }
         bare = bare_loop(chosen, rows, sft_steps)
     report = {
@@ -181,7 +187,7 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
         "sft_of_bare": round(arms["chosen"]["sft"]["tokens_per_s"] / bare["tokens_per_s"], 3),
         "profile": profile,
         "env": chosen.env,
-        "today": TODAY,
+        "today": {**TODAY, "share_prefix": False},
         "arms": arms,
         "bare_loop": bare,
         "hardware": hardware(),

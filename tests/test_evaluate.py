@@ -532,6 +532,9 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     assert {int(k) for k in report["sft_returns"]} == set(range(4))
     again = sft_check(config, run, episodes=4, vs=run.dir)  # paired with its own earlier check: the same episodes
     assert again["vs"]["sft-vs"] == {"mean": 0.0, "ci95": [0.0, 0.0], "n": 4}
+    assert point["vs"] is None
+    [point] = imitation_points([run.dir])  # the chart's points carry the paired difference (the capacity check's)
+    assert point["vs"] == {"run": run.dir.name, "mean": 0.0, "ci95": [0.0, 0.0], "n": 4}
     bare = tmp_path / "no-check"
     (bare / "sft").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="sft-check"):

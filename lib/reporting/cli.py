@@ -57,6 +57,7 @@ def _imitation_chart(args) -> int:
         print(
             f"{p['env']:<18} {p['run']:<28} SFT {p['sft_seconds']:7.1f} s  SFT - teacher {p['sft_minus_teacher']:+.3f}"
             f" [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]  actions {p['actions']}"
+            + (f"  - {v['run']} {v['mean']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]" if (v := p["vs"]) else "")
         )
     import io
 

@@ -110,7 +110,9 @@ def pair_table(runs: list, splits: tuple[str, ...] = ("holdout", "holdout_novel"
 
 def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
     """One point per run from its sft/check_<split>.json (`python -m lib sft-check`): environment, run name, the SFT
-    stage's seconds, SFT - teacher with its paired CI, and the distinct actions played against the teacher's."""
+    stage's seconds, SFT - teacher with its paired CI, the distinct actions played against the teacher's, and the
+    paired difference from the run it was checked against (`sft-check --vs`; None without one), e.g. the capacity
+    check's improver-label SFT against the teacher-label SFT."""
     points = []
     for run in map(Path, runs):
         path = run / "sft" / f"check_{split}.json"
@@ -130,6 +132,7 @@ def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
                 "sft_minus_teacher": d["mean"],
                 "ci95": d["ci95"],
                 "actions": f"{check['distinct_actions']}/{check['teacher_distinct_actions']}",
+                "vs": {"run": Path(check["vs"]["run"]).name, **check["vs"]["sft-vs"]} if check.get("vs") else None,
             }
         )
     return points

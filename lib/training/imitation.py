@@ -3,7 +3,8 @@ onto one action?
 
 On `sft.check_episodes` validation seeds (the train split's own block, disjoint from every corpus and holdout seed):
 - agreement: the teacher plays, and at each of its states the saved SFT model's most likely candidate
-  (lib/candidates.py) is compared with the teacher's;
+  (lib/candidates.py) is compared with the teacher's, overall and per kind of action the teacher took (`agreement`;
+  also `python -m lib agreement` on a saved run);
 - collapse: the SFT policy plays the same seeds itself, greedy over the candidates. Playing fewer than
   `sft.collapse_ratio` of the distinct actions the teacher plays in its own episodes is a collapse onto a few actions
   (a reference run of 2026-11-25 chose one delegation at every step, where its teacher plays ten actions on these
@@ -15,9 +16,9 @@ The stage records the figures, prints them, and warns loudly on a collapse; the 
 from __future__ import annotations
 
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 
-from ..candidates import answers, score_answers
+from ..candidates import answers, distribution, score_answers
 from ..envs.base import completion_action, format_action
 from ..episodes import run_episode
 from .validation import validation_seeds
@@ -41,42 +42,76 @@ def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], st
     return rows
 
 
-def imitation_check(config, loaded, episodes: int, ratio: float) -> dict:
-    """The SFT policy against the teacher on `episodes` validation seeds (see the module doc); `loaded` is
-    (model, tokenizer, source) as `inference.load_policy_model` returns it."""
-    from ..evaluation.closed_loop import run_model_episodes
+def kind_of(candidate_id: str) -> str:
+    """The kind of an action: its candidate id up to the first ':' ('stop:2' -> 'stop')."""
+    return candidate_id.split(":", 1)[0]
 
+
+def agreement(config, loaded, episodes: int) -> dict:
+    """At every state of the teacher's episodes on `episodes` validation seeds: whether the model's most likely
+    candidate is the teacher's, overall and per kind of the teacher's action (with the mean probability the model
+    gives the teacher's answer, renormalised over the offered candidates), and the most frequent confusions between
+    kinds (teacher's kind -> the model's; a confusion within a kind is a wrong target, e.g. the wrong drug)."""
     seeds = validation_seeds(episodes)
     rows = teacher_rows(config.spec, seeds)
     if not rows:
         raise ValueError(f"the teacher's {episodes} validation episodes have no state to check")
     model, tokenizer, _ = loaded
     scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
-    chosen = [ids[max(range(len(s)), key=s.__getitem__)] for (_, _, ids, _), s in zip(rows, scores)]
-    teacher = [r[3] for r in rows]
-    _, actions = run_model_episodes(
-        config, loaded, seeds, "train", desc="sft/imitation check", action_space="candidates"
-    )
-    played = [completion_action(a["completion"]) for a in actions]
-    mix, teacher_mix = Counter(played), Counter(teacher)
-    top, count = mix.most_common(1)[0]
-    top_share, teacher_share = count / len(played), teacher_mix[top] / len(teacher)
-    # total variation between the two action mixes: the share of its steps the policy would have to change to act
-    # as often as the teacher does on each action (1 - the teacher's share of its top action, for a full collapse)
-    distance = sum(abs(mix[a] / len(played) - teacher_mix[a] / len(teacher)) for a in mix | teacher_mix) / 2
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    confusions: Counter = Counter()
+    hits = 0
+    for (_, _, ids, teacher), values in zip(rows, scores):
+        pick = ids[max(range(len(values)), key=values.__getitem__)]
+        tally = kinds[kind_of(teacher)]
+        tally[0] += 1
+        tally[1] += pick == teacher
+        tally[2] += distribution(values)[ids.index(teacher)]
+        hits += pick == teacher
+        if pick != teacher:
+            confusions[f"{kind_of(teacher)} -> {kind_of(pick)}"] += 1
     return {
         "episodes": episodes,
         "teacher_states": len(rows),
-        "agreement": round(sum(a == b for a, b in zip(chosen, teacher)) / len(rows), 4),
+        "agreement": round(hits / len(rows), 4),
+        "by_kind": {
+            kind: {"states": n, "agreement": round(right / n, 4), "p_teacher": round(p / n, 4)}
+            for kind, (n, right, p) in sorted(kinds.items())
+        },
+        "confusions": dict(confusions.most_common(8)),
+        "teacher_mix": dict(Counter(r[3] for r in rows).most_common()),
+    }
+
+
+def imitation_check(config, loaded, episodes: int, ratio: float) -> dict:
+    """The SFT policy against the teacher on `episodes` validation seeds (see the module doc); `loaded` is
+    (model, tokenizer, source) as `inference.load_policy_model` returns it."""
+    from ..evaluation.closed_loop import run_model_episodes
+
+    agreed = agreement(config, loaded, episodes)
+    teacher_mix, states = Counter(agreed["teacher_mix"]), agreed["teacher_states"]
+    _, actions = run_model_episodes(
+        config, loaded, validation_seeds(episodes), "train", desc="sft/imitation check", action_space="candidates"
+    )
+    played = [completion_action(a["completion"]) for a in actions]
+    mix = Counter(played)
+    top, count = mix.most_common(1)[0]
+    top_share, teacher_share = count / len(played), teacher_mix[top] / states
+    # total variation between the two action mixes: the share of its steps the policy would have to change to act
+    # as often as the teacher does on each action (1 - the teacher's share of its top action, for a full collapse)
+    distance = sum(abs(mix[a] / len(played) - teacher_mix[a] / states) for a in mix | teacher_mix) / 2
+    return {
+        **{k: agreed[k] for k in ("episodes", "teacher_states", "agreement")},
         "played_actions": len(played),
         "distinct_actions": len(set(played)),
-        "teacher_distinct_actions": len(set(teacher)),
+        "teacher_distinct_actions": len(teacher_mix),
         "top_action": top,
         "top_share": round(top_share, 4),
         "teacher_top_share": round(teacher_share, 4),
         "mix_distance": round(distance, 4),
         "ratio": ratio,
         "collapsed": len(mix) < ratio * len(teacher_mix),
+        "agreement_by_kind": agreed["by_kind"],
     }
 
 

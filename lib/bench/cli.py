@@ -1,5 +1,6 @@
 """The benchmark and probe verbs of `python -m lib`: `bench-gpu`, `bench-train`, `bench-speed`, `bench-learner`,
-`bench-serve`, `probe-explore` and `fingerprint`; code that measures the workbook, never part of a run's stages.
+`bench-serve`, `probe-explore`, `agreement` (the SFT model at the teacher's own states, per kind of action)
+and `fingerprint`; code that measures the workbook, never part of a run's stages.
 Registered by lib/__main__.py; heavy imports happen only when a verb runs."""
 
 from __future__ import annotations
@@ -89,6 +90,35 @@ def _bench_gpu_modes(args) -> int:
     return 1 if any(record.get("rc", 0) != 0 for record in result["modes"].values()) else 0
 
 
+def _agreement(args) -> int:
+    from ..inference import load_policy_model
+    from ..io import atomic_write_json
+    from ..runs import Run, read_config
+    from ..training.imitation import agreement
+
+    config = read_config(args.run_dir)
+    model_dir = Path(Run(args.run_dir, config).read_stage("sft")["outputs"]["model"])
+    report = {
+        "run": Path(args.run_dir).name,
+        **agreement(config, load_policy_model(model_dir, config.model), args.episodes),
+    }
+    print(
+        f"SFT chose the teacher's action at {report['agreement']:.3f} of the teacher's {report['teacher_states']} "
+        f"states ({args.episodes} validation episodes)"
+    )
+    for kind, k in report["by_kind"].items():
+        print(
+            f"  {kind:<14} {k['states']:5d} states  agreement {k['agreement']:.3f}  p(teacher's) {k['p_teacher']:.3f}"
+        )
+    print(
+        "  confusions (teacher's kind -> the model's): "
+        + ", ".join(f"{c} {n}" for c, n in report["confusions"].items())
+    )
+    atomic_write_json(Path(args.run_dir) / "sft" / "agreement.json", report)
+    print(f"wrote {Path(args.run_dir) / 'sft' / 'agreement.json'}")
+    return 0
+
+
 def _probe_explore(args) -> int:
     """Exploration on a fixed set of states (lib/bench/probe_explore.py, `probe`) for the run's SFT model or any
     model/adapter."""
@@ -166,6 +196,13 @@ def _add_bench_gpu(verbs) -> None:
 
 
 def add_verbs(verbs) -> None:
+    a = verbs.add_parser(
+        "agreement",
+        help="a run's SFT model at the teacher's own states: its top candidate against the teacher's, per action kind",
+    )
+    a.add_argument("--run-dir", type=Path, required=True)
+    a.add_argument("--episodes", type=int, default=30, help="validation episodes the teacher plays")
+    a.set_defaults(func=_agreement)
     p = verbs.add_parser(
         "probe-explore",
         help="exploration on a fixed set of states: can the policy sample what "

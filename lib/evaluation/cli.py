@@ -1,7 +1,6 @@
 """The verbs of `python -m lib` that play policies and measure them: `baselines` (the scripted and trivial policies),
-`quickcheck` (a run's SFT and GRPO models against them, closed loop), `sft-check` (the SFT model alone
-against its teacher, before any GRPO) and `agreement` (the SFT model's choice at the teacher's own states, per kind
-of action). Registered by lib/__main__.py; heavy imports
+`quickcheck` (a run's SFT and GRPO models against them, closed loop) and `sft-check` (the SFT model alone
+against its teacher, before any GRPO). Registered by lib/__main__.py; heavy imports
 happen only when a verb runs."""
 
 from __future__ import annotations
@@ -52,35 +51,6 @@ def _quickcheck(args) -> int:
     return 0
 
 
-def _agreement(args) -> int:
-    from ..inference import load_policy_model
-    from ..io import atomic_write_json
-    from ..runs import Run, read_config
-    from ..training.imitation import agreement
-
-    config = read_config(args.run_dir)
-    model_dir = Path(Run(args.run_dir, config).read_stage("sft")["outputs"]["model"])
-    report = {
-        "run": Path(args.run_dir).name,
-        **agreement(config, load_policy_model(model_dir, config.model), args.episodes),
-    }
-    print(
-        f"SFT chose the teacher's action at {report['agreement']:.3f} of the teacher's {report['teacher_states']} "
-        f"states ({args.episodes} validation episodes)"
-    )
-    for kind, k in report["by_kind"].items():
-        print(
-            f"  {kind:<14} {k['states']:5d} states  agreement {k['agreement']:.3f}  p(teacher's) {k['p_teacher']:.3f}"
-        )
-    print(
-        "  confusions (teacher's kind -> the model's): "
-        + ", ".join(f"{c} {n}" for c, n in report["confusions"].items())
-    )
-    atomic_write_json(Path(args.run_dir) / "sft" / "agreement.json", report)
-    print(f"wrote {Path(args.run_dir) / 'sft' / 'agreement.json'}")
-    return 0
-
-
 def _sft_check(args) -> int:
     from ..runs import Run, read_config
     from .evaluate import sft_check
@@ -128,10 +98,3 @@ def add_verbs(verbs) -> None:
     s.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     s.add_argument("--vs", type=Path, default=None, help="another run checked the same way: pair the two SFTs by seed")
     s.set_defaults(func=_sft_check)
-    a = verbs.add_parser(
-        "agreement",
-        help="a run's SFT model at the teacher's own states: its top candidate against the teacher's, per action kind",
-    )
-    a.add_argument("--run-dir", type=Path, required=True)
-    a.add_argument("--episodes", type=int, default=30, help="validation episodes the teacher plays")
-    a.set_defaults(func=_agreement)

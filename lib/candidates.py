@@ -79,7 +79,6 @@ def score_answers(
     message_batches: list[list[dict]],
     answer_batches: list[list[str]],
     max_tokens: int | None = None,
-    share_prefix: bool | None = None,
 ) -> list[list[float]]:
     """log p(answer, then end of turn | prompt) of every answer of every prompt.
 
@@ -93,16 +92,14 @@ def score_answers(
     that has a pass of its own); the scores come back in the order given. The pass size changes the arithmetic's
     blocking, so scores differ between pass sizes by float rounding only (about 5e-6).
 
-    With `share_prefix` (unset: True, unless inside `whole_prompts()`), the tokens that every prompt of the call begins
-    with are read once, in a pass of their own, and their key/value cache is lent to every pass: the same scores up
-    to float rounding, without reading an environment's instructions once per state (`_common_prefix`)."""
+    The tokens that every prompt of the call begins with are read once, in a pass of their own, and their key/value
+    cache is lent to every pass (`_common_prefix`; not inside `whole_prompts()`): the same scores up to float
+    rounding, without reading an environment's instructions once per state."""
     device = next(model.parameters()).device
     max_tokens = max_tokens or pass_tokens(device)
     pad = _pad_id(tokenizer)
     rows = _rows(tokenizer, message_batches, answer_batches)
-    if share_prefix is None:
-        share_prefix = _SHARE_PREFIX.get()
-    prefix = _common_prefix(model, rows, device) if share_prefix else None
+    prefix = _common_prefix(model, rows, device) if _SHARE_PREFIX.get() else None
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
     scores: list[list[float]] = [[] for _ in rows]
     start = 0

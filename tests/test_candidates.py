@@ -17,6 +17,7 @@ from lib.candidates import (
     distribution,
     prompt_ids,
     score_answers,
+    whole_prompts,
 )
 from lib.config import ModelConfig, TinyModelConfig
 from lib.envs import get_spec
@@ -92,7 +93,8 @@ def test_the_instructions_every_prompt_begins_with_are_read_once_and_change_no_s
     length, layers = _common_prefix(model, _rows(tokenizer, messages, offered), torch.device("cpu"))
     assert length >= MIN_PREFIX and layers[0][0].shape[0] == 1  # the path under test is taken: one row, read once
     shared = score_answers(model, tokenizer, messages, offered, max_tokens=1_000)  # several passes lend one cache
-    whole = score_answers(model, tokenizer, messages, offered, share_prefix=False)
+    with whole_prompts():
+        whole = score_answers(model, tokenizer, messages, offered)
     for x, y, m, options in zip(shared, whole, messages, offered):
         assert x == pytest.approx(y, abs=1e-4)
         assert x[0] == pytest.approx(_naive_logprob(model, tokenizer, m, options[0]), abs=1e-3)
@@ -109,7 +111,7 @@ def test_whole_prompts_reads_every_prompt_whole_as_before(random_model, monkeypa
     calls = []
     real = candidates._common_prefix
     monkeypatch.setattr(candidates, "_common_prefix", lambda *a: calls.append(1) or real(*a))
-    with candidates.whole_prompts():
+    with whole_prompts():
         whole = score_answers(model, tokenizer, messages, offered)
     assert calls == []
     shared = score_answers(model, tokenizer, messages, offered)

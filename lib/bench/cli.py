@@ -91,13 +91,14 @@ def _bench_gpu_modes(args) -> int:
 
 
 def _agreement(args) -> int:
+    from ..evaluation.closed_loop import sft_model_dir
     from ..inference import load_policy_model
     from ..io import atomic_write_json
     from ..runs import Run, read_config
     from ..training.imitation import agreement
 
     config = read_config(args.run_dir)
-    model_dir = Path(Run(args.run_dir, config).read_stage("sft")["outputs"]["model"])
+    model_dir = sft_model_dir(Run(args.run_dir, config))
     report = {
         "run": Path(args.run_dir).name,
         **agreement(config, load_policy_model(model_dir, config.model), args.episodes),

@@ -28,9 +28,9 @@ class CollapseWarning(UserWarning):
     """The SFT policy chose one action far more often than its teacher does."""
 
 
-def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], str]]:
-    """(prompt, offered answers, their candidate ids, the teacher's candidate id) at every state of the teacher's
-    episodes on `seeds` (train split)."""
+def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], str, dict[str, str]]]:
+    """(prompt, offered answers, their candidate ids, the teacher's candidate id, each id's kind of action) at every
+    state of the teacher's episodes on `seeds` (train split)."""
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
     rows = []
     for seed in seeds:
@@ -38,13 +38,9 @@ def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], st
             observation = t["observation"]
             ids = [c.id for c in observation.candidates]
             chosen = next(c.id for c in observation.candidates if format_action(c.id) == t["action"].strip())
-            rows.append((env.render(observation), answers(observation), ids, chosen))
+            kinds = {c.id: c.kind for c in observation.candidates}
+            rows.append((env.render(observation), answers(observation), ids, chosen, kinds))
     return rows
-
-
-def kind_of(candidate_id: str) -> str:
-    """The kind of an action: its candidate id up to the first ':' ('stop:2' -> 'stop')."""
-    return candidate_id.split(":", 1)[0]
 
 
 def agreement(config, loaded, episodes: int) -> dict:
@@ -58,25 +54,23 @@ def agreement(config, loaded, episodes: int) -> dict:
         raise ValueError(f"the teacher's {episodes} validation episodes have no state to check")
     model, tokenizer, _ = loaded
     scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
-    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    tallies: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # kind -> states, agreed, p(teacher's)
     confusions: Counter = Counter()
-    hits = 0
-    for (_, _, ids, teacher), values in zip(rows, scores):
+    for (_, _, ids, teacher, kind), values in zip(rows, scores):
         pick = ids[max(range(len(values)), key=values.__getitem__)]
-        tally = kinds[kind_of(teacher)]
+        tally = tallies[kind[teacher]]
         tally[0] += 1
         tally[1] += pick == teacher
         tally[2] += distribution(values)[ids.index(teacher)]
-        hits += pick == teacher
         if pick != teacher:
-            confusions[f"{kind_of(teacher)} -> {kind_of(pick)}"] += 1
+            confusions[f"{kind[teacher]} -> {kind[pick]}"] += 1
     return {
         "episodes": episodes,
         "teacher_states": len(rows),
-        "agreement": round(hits / len(rows), 4),
+        "agreement": round(sum(t[1] for t in tallies.values()) / len(rows), 4),
         "by_kind": {
             kind: {"states": n, "agreement": round(right / n, 4), "p_teacher": round(p / n, 4)}
-            for kind, (n, right, p) in sorted(kinds.items())
+            for kind, (n, right, p) in sorted(tallies.items())
         },
         "confusions": dict(confusions.most_common(8)),
         "teacher_mix": dict(Counter(r[3] for r in rows).most_common()),

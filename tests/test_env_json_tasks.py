@@ -4,6 +4,7 @@ and `get_spec(name, args)`: tests/test_env_json_tasks_files.py; the contract eve
 determinism to the served round trip: tests/test_env_contract.py."""
 
 import json
+from dataclasses import replace
 import re
 from statistics import fmean
 
@@ -45,9 +46,14 @@ def test_the_prompt_shows_the_object_so_far_and_an_invalid_answer_uses_a_step(en
     observation = env.reset(9, "holdout")
     setting = next(c for c in observation.candidates if c.kind == "set" and c.args[0] in env.task.fields)
     observation = env.step(format_action(setting.id)).observation
-    assert f"Object so far: {json.dumps(dict(observation.obj))}" in render(observation)[1]["content"]
+    content = render(observation)[1]["content"]
+    assert f"Object so far: {json.dumps(dict(observation.obj))}" in content
+    empty = [name for name in env.task.fields if name != setting.args[0]]
+    assert f"Empty fields: {', '.join(empty)}\n" in content
     observation = env.step("not an action").observation
     assert observation.last == "invalid answer, one step used" and observation.step == 2
+    full = replace(observation, obj=tuple((name, 1) for name in env.task.fields))
+    assert "\nEmpty fields: none\n" in render(full)[1]["content"]
 
 
 def test_candidate_ids_are_unique_short_and_name_what_they_do(env):

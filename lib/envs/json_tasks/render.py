@@ -28,7 +28,7 @@ SYSTEM_PROMPT = (
 TEMPLATE_WORDS = (
     "Text Schema object marks a required field no other fields one of string matching integer number boolean "
     "default true false minimum maximum Looked up Object so far Step of last task started set to looked "
-    "invalid answer step used Candidates lookup submit"
+    "invalid answer step used Candidates lookup submit Empty none"
 )
 
 
@@ -59,6 +59,12 @@ def schema_lines(schema: dict[str, Any]) -> list[str]:
     return lines
 
 
+def empty_fields(observation: Observation) -> list[str]:
+    """The schema's fields the object does not have yet, in schema order."""
+    have = {name for name, _ in observation.obj}
+    return [name for name in observation.schema["properties"] if name not in have]
+
+
 def render(observation: Observation) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     o = observation
@@ -66,6 +72,9 @@ def render(observation: Observation) -> list[dict[str, str]]:
     if o.looked_up:
         lines.append("Looked up: " + "; ".join(f"{name} = {literal(value)}" for name, value in o.looked_up))
     lines.append(f"Object so far: {json.dumps(dict(o.obj))}")
+    # the same fact as the object's keys, restated per field: a small learner finds the next field to fill here
+    # without comparing the object against the schema line by line
+    lines.append("Empty fields: " + (", ".join(empty_fields(o)) or "none"))
     lines.append(f"Step {o.step} of {o.budget}; last: {o.last}")
     lines.append("Candidates:")
     # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's

@@ -4,8 +4,8 @@ and `get_spec(name, args)`: tests/test_env_json_tasks_files.py; the contract eve
 determinism to the served round trip: tests/test_env_contract.py."""
 
 import json
-from dataclasses import replace
 import re
+from dataclasses import replace
 from statistics import fmean
 
 import pytest

@@ -189,7 +189,14 @@ class GRPOStageConfig(Strict):
         "1 samples on-policy",
     )
 
-    beta: float = Field(0.0, ge=0)
+    beta: float = Field(0.0, ge=0, description="weight of the KL penalty to the anchor policy (`anchor`); 0: none")
+    anchor: Literal["sft", "best"] = Field(
+        "sft",
+        description="with beta > 0, what the KL term holds the policy to: sft, the policy GRPO started from (TRL's "
+        "reference, the adapter disabled); best, the best validated policy so far, a frozen copy of the adapter "
+        "that is refreshed at each new best validation point (needs validate_every), so a climb is held where it "
+        "got to, not pulled back to SFT",
+    )
 
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
@@ -268,6 +275,11 @@ class GRPOStageConfig(Strict):
         if self.batch_size % self.num_generations:
             raise ValueError(
                 f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
+            )
+        if self.anchor == "best" and not (self.beta > 0 and self.validate_every):
+            raise ValueError(
+                f"grpo.anchor best holds the policy to its best validated point by the KL term: it needs grpo.beta > 0 "
+                f"(is {self.beta}) and grpo.validate_every > 0 (is {self.validate_every})"
             )
         return self
 

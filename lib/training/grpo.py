@@ -20,6 +20,7 @@ from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function
 from ..runs import Run, seed_everything
 from .alarms import CollapseAlarm, read_alarms
+from .anchor import with_anchor_adapter
 from .harness import (
     CheckpointManifestCallback,
     FiniteLossGuard,
@@ -177,6 +178,8 @@ def train_grpo(
     model, tokenizer, backend = load_model(base_model, config.model)
     model, peft = with_lora(model, config.model, backend)
     g = config.grpo
+    if g.anchor == "best":  # the adapter added here, so TRL keeps the frozen copy the anchor lives in
+        model, peft = with_anchor_adapter(model, peft)
     source = sampler(config, read_records(corpus["outputs"]["grpo_prompts.jsonl"], missing_ok=False), tokenizer, out)
     args = _grpo_args(config, run, stage, out, source["trl"])
     guard = FiniteLossGuard()

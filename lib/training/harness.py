@@ -29,6 +29,7 @@ from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..models import cuda_available, resolved_precision
 from ..runs import Run
+from .anchor import saved_adapters
 
 
 def precision_flags(config: RunConfig) -> dict:
@@ -119,7 +120,7 @@ def save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
     model = trainer.model
     if merge:
         model = model.merge_and_unload()
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, **saved_adapters(model))
     tokenizer.save_pretrained(tmp)
     if target.exists():
         shutil.rmtree(target)

@@ -16,6 +16,7 @@ import torch
 from transformers import TrainerCallback
 
 from ..io import append_record, atomic_write_json, read_records
+from .anchor import load_anchor, refresh_anchor, saved_adapters
 
 VALIDATION_SEED_OFFSET = 500_000  # far above any corpus seed, inside the train split's seed block
 REFERENCES = "validation_references.json"  # the teacher's and the oracle's return on the validation seeds
@@ -40,6 +41,7 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(self, config, out_dir: Path, tokenizer, policy: dict):
         self.config, self.out, self.tokenizer, self.policy = config, Path(out_dir), tokenizer, policy
+        self.anchor = config.grpo.anchor == "best"  # refresh the KL term's anchor at each new best (anchor.py)
         self.every = config.grpo.validate_every
         self.path = self.out / "validation.jsonl"
         self.best: dict | None = None
@@ -76,10 +78,12 @@ class ValidationCallback(TrainerCallback):
             target = self.out / "adapter_best"
             tmp = target.with_name(".adapter_best.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
-            model.save_pretrained(tmp)
+            model.save_pretrained(tmp, **saved_adapters(model))
             self.tokenizer.save_pretrained(tmp)
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)
+            if self.anchor:
+                refresh_anchor(model)
         print(
             f"validation step {step}: {point['mean_return']:.3f} (best {self.best['mean_return']:.3f} at "
             f"step {self.best['step']})"
@@ -100,6 +104,8 @@ class ValidationCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._references()
+        if self.anchor and self.best is not None:  # resumed: hold to the point the run held to before it stopped
+            load_anchor(self.policy["model"], self.out / "adapter_best")
         self._validate(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):

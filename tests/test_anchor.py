@@ -38,7 +38,8 @@ def test_refresh_copies_the_trained_adapter_into_the_anchor_and_saving_leaves_th
             if ".default." in name:
                 param.add_(torch.randn_like(param))
     assert _tensors(model, "default").keys() == _tensors(model, ANCHOR).keys()
-    assert any(not torch.equal(a, b) for a, b in zip(_tensors(model, "default").values(), _tensors(model, ANCHOR).values()))
+    trained, anchor = _tensors(model, "default"), _tensors(model, ANCHOR)
+    assert any(not torch.equal(value, anchor[name]) for name, value in trained.items())
     copied = refresh_anchor(model)
     assert copied == len(_tensors(model, "default")) > 0
     assert all(torch.equal(a, _tensors(model, ANCHOR)[k]) for k, a in _tensors(model, "default").items())
@@ -127,7 +128,11 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
     assert seen == [0, 1, 2, 3]
     assert moved == [False, True, True, True]  # the SFT start (LoRA's B is zero), then each step's new best
     assert [p["step"] for p in map(json.loads, (run.dir / "grpo" / "validation.jsonl").read_text().splitlines())] == [
-        0, 1, 2, 3, 4
+        0,
+        1,
+        2,
+        3,
+        4,
     ]
     for folder in ("adapter", "adapter_best"):
         assert not (run.dir / "grpo" / folder / ANCHOR).exists()

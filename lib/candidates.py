@@ -114,15 +114,6 @@ def score_answers(
     return scores
 
 
-def answer_logprobs(
-    model, tokenizer, message_batches: list[list[dict]], answer_batches: list[list[str]]
-) -> list[torch.Tensor]:
-    """`score_answers` with gradients, for a loss over the candidates (`sft.candidate_loss`): one tensor of
-    log-likelihoods (float64) per state, all states in one pass of the two."""
-    device = next(model.parameters()).device
-    return _score_rows(model, _rows(tokenizer, message_batches, answer_batches), _pad_id(tokenizer), device)
-
-
 def _pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 

@@ -116,6 +116,11 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "cloning the noisy teacher's executed actions left the SFT unable to copy the drug number (0.017): "
         "docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but nothing beats the teacher yet'",
     ),
+    "sft.candidate_loss": (
+        0.0,
+        "on SENTINEL trust it gained what sft.prompt_loss gains (+0.003 [-0.004, +0.008] over it) at 1.9-3.1x the SFT "
+        "time: docs/RESULTS.md, '2026-11-26 (night)'; retired for grpo.anchor",
+    ),
     "model.tiny.split_digits": (
         False,
         "digit tokens lost 0.01 on two seeds: docs/RESULTS.md, '2026-11-26 (evening): an imitation check in the SFT "

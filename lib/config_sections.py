@@ -136,14 +136,6 @@ class SFTStageConfig(Strict):
         "completion_only_loss=False), not only on the answer's: the model learns to read the observations it acts "
         "on; off: the loss is the answer's tokens only",
     )
-    candidate_loss: float = Field(
-        0.0,
-        ge=0,
-        description="weight of a second loss beside the token loss: the cross-entropy of the teacher's answer among "
-        "the offered candidates under the candidate-scoring policy (lib/training/candidate_loss.py); 0: off. Needs "
-        "gradient_checkpointing off (it reads the prompt's key/value cache)",
-    )
-
     check_episodes: int = Field(
         20,
         ge=0,
@@ -159,15 +151,6 @@ class SFTStageConfig(Strict):
         "share of the distinct actions the teacher plays on them (measured, docs/RESULTS.md: SFTs that imitate "
         "play 10-11 of the teacher's 11; SFTs that learned only the two most frequent answers, 2 of 10)",
     )
-
-    @model_validator(mode="after")
-    def _candidate_loss_needs_the_cache(self):
-        if self.candidate_loss and self.gradient_checkpointing:
-            raise ValueError(
-                "sft.candidate_loss needs sft.gradient_checkpointing: false (its scoring pass reads the prompt's "
-                "key/value cache, which checkpointing turns off)"
-            )
-        return self
 
 
 class GRPOStageConfig(Strict):

@@ -25,6 +25,15 @@ def _peft(anchor: bool):
     return model
 
 
+def _trained(model):
+    """`model` with its trained adapter moved away from where it started (and from the anchor)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".default." in name:
+                param.add_(torch.randn_like(param))
+    return model
+
+
 def _tensors(model, adapter: str) -> dict[str, torch.Tensor]:
     return {
         n.replace(f".{adapter}.", "."): p.detach().clone() for n, p in model.named_parameters() if f".{adapter}." in n
@@ -32,11 +41,7 @@ def _tensors(model, adapter: str) -> dict[str, torch.Tensor]:
 
 
 def test_refresh_copies_the_trained_adapter_into_the_anchor_and_saving_leaves_the_anchor_out(tmp_path):
-    model = _peft(anchor=True)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if ".default." in name:
-                param.add_(torch.randn_like(param))
+    model = _trained(_peft(anchor=True))
     assert _tensors(model, "default").keys() == _tensors(model, ANCHOR).keys()
     trained, anchor = _tensors(model, "default"), _tensors(model, ANCHOR)
     assert any(not torch.equal(value, anchor[name]) for name, value in trained.items())
@@ -49,11 +54,7 @@ def test_refresh_copies_the_trained_adapter_into_the_anchor_and_saving_leaves_th
 
 
 def test_a_resumed_run_reloads_the_anchor_from_the_best_saved_adapter(tmp_path):
-    trained = _peft(anchor=True)
-    with torch.no_grad():
-        for name, param in trained.named_parameters():
-            if ".default." in name:
-                param.add_(torch.randn_like(param))
+    trained = _trained(_peft(anchor=True))
     trained.save_pretrained(tmp_path / "best", **saved_adapters(trained))
     fresh = _peft(anchor=True)
     load_anchor(fresh, tmp_path / "best")

@@ -88,32 +88,6 @@ def test_private_trl_member_grpo_generate_is_still_the_sampling_step():
     _call_site(GRPOTrainer._generate_and_score_completions, "self._generate")
 
 
-def test_private_trl_members_the_candidate_loss_uses_are_still_there():
-    """`sft.candidate_loss` (lib/training/candidate_loss.py) subclasses TRL's SFTTrainer and reaches three private
-    members: `_set_signature_columns_if_needed` / `_signature_columns` (so Trainer's column pruning keeps the row
-    column), `_metrics` (where it logs `candidate_ce` beside TRL's own metrics, averaged by `log`), and the
-    `compute_loss` signature it extends. A TRL or transformers upgrade that changes any of them fails here, by name."""
-    from transformers import Trainer
-    from trl import SFTTrainer
-
-    hook = getattr(SFTTrainer, "_set_signature_columns_if_needed", None)
-    assert callable(hook), "SFTTrainer._set_signature_columns_if_needed is gone: candidate_loss.py keeps its column"
-    assert list(inspect.signature(hook).parameters) == ["self"], "its signature changed"
-    for owner in (SFTTrainer._set_signature_columns_if_needed, Trainer._remove_unused_columns):
-        assert "self._signature_columns" in inspect.getsource(owner), (
-            f"{owner.__qualname__} no longer reads self._signature_columns: the row column would be pruned"
-        )
-    init, log = inspect.getsource(SFTTrainer.__init__), inspect.getsource(SFTTrainer.log)
-    assert 'self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}' in init, (
-        "SFTTrainer._metrics is no longer {mode: defaultdict(list)}: candidate_loss.py logs candidate_ce into it"
-    )
-    assert "self._metrics[mode].items()" in log, "SFTTrainer.log no longer averages self._metrics[mode]"
-    parameters = list(inspect.signature(SFTTrainer.compute_loss).parameters)
-    assert parameters == ["self", "model", "inputs", "return_outputs", "num_items_in_batch"], (
-        f"SFTTrainer.compute_loss now takes {parameters}; candidate_loss.py overrides it with the old ones"
-    )
-
-
 def test_the_public_trl_hooks_the_stages_use_are_there():
     """Not private, but what replaced the private members: checked so that a change is named."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR

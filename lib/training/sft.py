@@ -18,7 +18,6 @@ from ..inference import load_policy_model
 from ..io import read_records
 from ..models import build_tiny, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from ..runs import Run, seed_everything
-from .candidate_loss import ROW, candidate_table, with_candidate_loss
 from .harness import (
     FiniteLossGuard,
     JsonlLogger,
@@ -32,10 +31,9 @@ from .harness import (
 from .imitation import announce, imitation_check
 
 
-def _sft_dataset(rows: list[dict], with_rows: bool = False) -> Dataset:
-    """The rows as TRL's prompt-completion dataset; `with_rows`: with each row's corpus index (the candidate loss)."""
-    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-    return dataset.add_column(ROW, list(range(len(rows)))) if with_rows else dataset
+def _sft_dataset(rows: list[dict]) -> Dataset:
+    """The rows as TRL's prompt-completion dataset."""
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
 
 
 def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
@@ -100,14 +98,10 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     if adapter:
         model, peft = with_lora(model, config.model, backend)
     guard = FiniteLossGuard()
-    weight = config.sft.candidate_loss
-    trainer_class = SFTTrainer
-    if weight:  # train what is scored, beside the tokens (lib/training/candidate_loss.py)
-        trainer_class = with_candidate_loss(SFTTrainer, candidate_table(config.spec, rows), weight)
-    trainer = trainer_class(
+    trainer = SFTTrainer(
         model=model,
         args=_sft_args(config, run, out),
-        train_dataset=_sft_dataset(rows, with_rows=bool(weight)),
+        train_dataset=_sft_dataset(rows),
         processing_class=tokenizer,
         peft_config=peft,
         callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],

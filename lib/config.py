@@ -90,6 +90,11 @@ class RunConfig(Strict):
             unknown = sorted(set(names) - set(spec.policies))
             if unknown:
                 raise ValueError(f"{key}: {unknown} are not policies of {self.env!r} (it has {sorted(spec.policies)})")
+        if self.env_args.get("list_candidates") is False and self.model.action_space != "candidates":
+            raise ValueError(
+                "env_args.list_candidates: false leaves the candidate list out of the prompt; a model that writes its "
+                "answer (model.action_space: free) needs it: set model.action_space: candidates"
+            )
         if self.grpo.mode == "multi_turn" and self.model.action_space != "candidates":
             raise ValueError(
                 "grpo.mode: multi_turn samples from the candidate policy; it needs model.action_space: candidates"

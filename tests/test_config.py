@@ -56,6 +56,14 @@ def test_indivisible_grpo_batch_is_rejected():
         load_config("cpu-smoke", {"grpo.batch_size": 12, "grpo.num_generations": 8})
 
 
+def test_a_prompt_without_the_candidate_list_needs_a_learner_that_scores_the_candidates():
+    config = load_config("cpu-smoke", {"env_args": {"list_candidates": False}})
+    assert config.model.action_space == "candidates"
+    assert "Candidates:" not in config.spec.make_env().render(config.spec.make_env().reset(0, "train"))[1]["content"]
+    with pytest.raises(ConfigError, match="list_candidates: false .* set model.action_space: candidates"):
+        load_config("cpu-smoke", {"env_args": {"list_candidates": False}, "model.action_space": "free"})
+
+
 def test_unknown_profile_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="unknown profile 'gpu-huge'"):
         load_config("gpu-huge")

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.envs import builtin_names, get_spec
+from lib.envs import EnvironmentArgsError, builtin_names, get_spec
 from lib.envs.base import MAX_CONSECUTIVE_INVALID, SPLITS, Environment, Invalid, format_action, parse_action
 from lib.episodes import action_return, candidate_returns, run_episode, teacher_states
 
@@ -316,6 +316,33 @@ def test_candidates_are_shuffled_and_listed_as_the_quoted_ids_an_answer_copies(n
         lines = env.render(observation)[1]["content"].splitlines()
         start = lines.index("Candidates:") + 1
         assert len(ids) == len(set(ids)) and lines[start : start + len(ids)] == [f'- "{i}"' for i in ids]
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_list_candidates_false_leaves_out_exactly_the_candidate_list(name):
+    """`env_args: {list_candidates: false}`: the same prompt, less the "Candidates:" line and the ids under it, at
+    the start and along the teacher's episode; the episode itself is unchanged."""
+    spec, short = get_spec(name), get_spec(name, {"list_candidates": False})
+    assert get_spec(name, {"list_candidates": True}) is spec and short.teacher == spec.teacher
+    listed, unlisted = spec.make_env(), short.make_env()
+    for seed, steps in ((0, 0), (1, 2), (2, 5)):
+        history = _teacher_history(spec.make_env(), spec, seed, "holdout", steps)
+        full, cut = listed.restore(seed, "holdout", history), unlisted.restore(seed, "holdout", history)
+        assert cut.candidates == full.candidates
+        (system, user), (system_cut, user_cut) = listed.render(full), unlisted.render(cut)
+        lines = user["content"].splitlines()
+        start = lines.index("Candidates:")
+        assert system_cut == system and "Candidates:" not in user_cut["content"]
+        assert user_cut["content"].splitlines() == lines[:start] + lines[start + 1 + len(full.candidates) :]
+
+
+def test_list_candidates_must_be_a_bool_and_the_renderer_must_take_it():
+    with pytest.raises(EnvironmentArgsError, match="list_candidates must be true or false, got 'no'"):
+        get_spec("polyguard", {"list_candidates": "no"})
+    # tests/toyenv.py writes its own list, with no keyword to leave it out: a clear error, not a prompt that still
+    # lists what the run said it would not
+    with pytest.raises(EnvironmentArgsError, match="renderer takes no list_candidates keyword"):
+        get_spec("tests.toyenv", {"list_candidates": False})
 
 
 # ---- harmful attacks ------------------------------------------------------------------------------------------------

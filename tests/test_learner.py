@@ -112,6 +112,7 @@ def test_the_learner_benchmark_reports_both_learners_the_bare_loop_and_the_ratio
     profile["corpus"]["sft_episodes"] = MICRO["corpus.sft_episodes"]
     profile["corpus"]["grpo_prompts"] = MICRO["corpus.grpo_prompts"]
     profile["grpo"]["max_completion_length"] = 32  # this fixture's tokenizer saw few prompts: longer answers
+    profile["env_args"] = {"list_candidates": False}  # today's path reads the list; the chosen learner does not
     path = tmp_path / "bench-profile.yaml"
     path.write_text(yaml.safe_dump(profile))
     report = run_bench(str(path), sft_steps=2, states=4, episodes=2, out=tmp_path / "bench.json")
@@ -121,6 +122,11 @@ def test_the_learner_benchmark_reports_both_learners_the_bare_loop_and_the_ratio
     assert report["arms"]["chosen"]["model"]["lora_top_layers"] == 2
     assert report["arms"]["chosen"]["sft"]["steps"] == 2 and report["bare_loop"]["steps"] == 2
     assert report["arms"]["chosen"]["evaluation"]["episodes"] == 2
+    today, chosen = report["arms"]["today"], report["arms"]["chosen"]
+    assert today["model"]["list_candidates"] is True and chosen["model"]["list_candidates"] is False
+    # the same rows, the chosen prompt shorter: fewer tokens, and the SFT speedup is the ratio of the runtimes
+    assert chosen["sft"]["tokens"] < today["sft"]["tokens"]
+    assert report["speedup"]["sft"] == round(today["sft"]["seconds"] / chosen["sft"]["seconds"], 2)
 
 
 def test_a_learner_is_named_by_its_model_and_the_options_that_cheapened_it():
@@ -132,3 +138,4 @@ def test_a_learner_is_named_by_its_model_and_the_options_that_cheapened_it():
     assert learner_label({**smollm2, "keep_layers": 10, "labels": "improver"}) == (
         "SmolLM2 (bf16, first 10 layers, adapters top 4, improver labels)"
     )
+    assert learner_label({**smollm2, "list_candidates": False}) == "SmolLM2 (bf16, adapters top 4, no candidate list)"

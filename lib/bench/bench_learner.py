@@ -4,7 +4,10 @@ chosen learner's bare PyTorch loop, in one run, on the same corpus rows and hold
 
 For each of the two learners it runs what a user runs:
 - SFT: the sft stage for `--sft-steps` optimizer steps (TRL's SFTTrainer, the profile's batches), into a run folder
-  of its own that shares one corpus; tokens/s is the stage's own count of the tokens trained on over its runtime;
+  of its own; tokens/s is the stage's own count of the tokens trained on over its runtime. Both learners train on
+  the same rows (one corpus, rendered again for today's path when the profile's prompt leaves out the candidate
+  list, `env_args.list_candidates: false`), so the SFT speedup is the ratio of their runtimes: tokens/s counted in
+  today's tokens, and equal to the ratio of tokens/s when both read the same prompts;
 - scoring: the saved SFT model scores every offered candidate at `--states` corpus states (`lib.candidates`,
   the policy's own pass): states/s;
 - evaluation: the saved SFT model plays `--episodes` greedy holdout episodes (the evaluate stage's
@@ -137,6 +140,7 @@ def measure_learner(
             "keep_layers": config.model.keep_layers,
             "lora_top_layers": config.model.lora.top_layers,
             "share_prefix": share_prefix,
+            "list_candidates": config.env_args.get("list_candidates", True),
         },
         "sft": {
             "steps": sft["metrics"]["steps"],
@@ -162,21 +166,28 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
     from ..training.corpus import run_corpus
 
     chosen = load_config(profile)
-    today = override_config(chosen, TODAY, "today's path")
+    # today's prompt lists the candidates; every other environment argument is the profile's
+    today = override_config(chosen, {**TODAY, "env_args.list_candidates": True}, "today's path")
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as folder:
         work = Path(folder)
-        corpus_run = Run(work / "corpus", chosen)
-        run_corpus(chosen, corpus_run)
-        corpus_dir = corpus_run.stage_dir("corpus")
-        rows = read_records(corpus_dir / "sft.jsonl", missing_ok=False)
+        corpora = {}
+        for name, config in (("chosen", chosen), ("today", today)):
+            corpus_run = Run(work / f"corpus-{name}", config)
+            run_corpus(config, corpus_run)
+            corpora[name] = corpus_run.stage_dir("corpus")
+        rows = read_records(corpora["chosen"] / "sft.jsonl", missing_ok=False)
+        same = [(r["seed"], r["history"]) for r in read_records(corpora["today"] / "sft.jsonl", missing_ok=False)]
+        if same != [(r["seed"], r["history"]) for r in rows]:
+            raise RuntimeError("today's corpus and the chosen learner's hold different states; the bench pairs them")
         arms = {
-            "today": measure_learner(today, corpus_dir, work, "today", sft_steps, states, episodes, False),
-            "chosen": measure_learner(chosen, corpus_dir, work, "chosen", sft_steps, states, episodes, True),
+            "today": measure_learner(today, corpora["today"], work, "today", sft_steps, states, episodes, False),
+            "chosen": measure_learner(chosen, corpora["chosen"], work, "chosen", sft_steps, states, episodes, True),
         }
         bare = bare_loop(chosen, rows, sft_steps)
     report = {
         "speedup": {
-            "sft": round(arms["chosen"]["sft"]["tokens_per_s"] / arms["today"]["sft"]["tokens_per_s"], 2),
+            # the same rows and steps: the ratio of runtimes (of tokens/s when both read the same prompts)
+            "sft": round(arms["today"]["sft"]["seconds"] / arms["chosen"]["sft"]["seconds"], 2),
             # per action played: two briefly trained policies play episodes of different lengths, so episodes/s
             # would also measure how soon each policy ends its episodes (both are in `arms`)
             "evaluate": round(
@@ -187,7 +198,7 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
         "sft_of_bare": round(arms["chosen"]["sft"]["tokens_per_s"] / bare["tokens_per_s"], 3),
         "profile": profile,
         "env": chosen.env,
-        "today": {**TODAY, "share_prefix": False},
+        "today": {**TODAY, "share_prefix": False, "list_candidates": True},
         "arms": arms,
         "bare_loop": bare,
         "hardware": hardware(),

@@ -10,15 +10,21 @@ module's `SPEC`; some, and it is what the module's `make_spec(**args)` returns. 
 (name, args), memoised on the name and the canonical JSON of the args: cheap to call again, and any number of
 configurations of one environment can be held at once (no call changes what another returns). A run's own spec is
 `RunConfig.spec`; the memo keeps a file an argument names as it was first read in this process.
+
+One argument every environment takes is handled here, not by its module: `list_candidates` (a bool, default true).
+False builds the environment so that its prompt leaves out the candidate list (`base.candidate_lines`): a learner that
+scores each offered answer itself (`model.action_space: candidates`) reads the same facts in fewer tokens.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import inspect
 import json
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,32 @@ def _canonical(name: str, args: Mapping[str, Any] | None) -> str:
 _SPECS: dict[tuple[str, str], EnvSpec] = {}  # the memo: (name, canonical JSON of the args) -> spec
 
 
+PROMPT_ARGS = ("list_candidates",)  # arguments every environment takes, handled by `get_spec` itself
+
+
+def _unlisted(make_env: Callable[[], Environment]) -> Environment:
+    """An environment of `make_env` whose prompt leaves out the candidate list."""
+    env = make_env()
+    env.list_candidates = False
+    return env
+
+
+def _without_list(name: str, spec: EnvSpec) -> EnvSpec:
+    """`spec`, its environments built with `list_candidates: false`; an environment whose renderer does not take
+    that keyword is an EnvironmentArgsError."""
+    renderer = getattr(spec.make_env(), "renderer", None)
+    try:
+        takes = renderer is not None and "list_candidates" in inspect.signature(renderer).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        raise EnvironmentArgsError(
+            f"environment {name!r}: its renderer takes no list_candidates keyword, so its prompt cannot leave out "
+            "the candidate list (write the list with lib.envs.base.candidate_lines(candidates, list_candidates))"
+        )
+    return dataclasses.replace(spec, make_env=functools.partial(_unlisted, spec.make_env))
+
+
 def get_spec(name: str, args: Mapping[str, Any] | None = None) -> EnvSpec:
     """The spec of environment `name` built with `args` (see the module docstring). An unknown name is an
     UnknownEnvironmentError listing the known ones; an argument its `make_spec` does not take (or any argument to
@@ -66,6 +98,13 @@ def get_spec(name: str, args: Mapping[str, Any] | None = None) -> EnvSpec:
     key = (name, _canonical(name, args))
     if key in _SPECS:
         return _SPECS[key]
+    own = json.loads(key[1])
+    if "list_candidates" in own:
+        listed = own.pop("list_candidates")
+        if not isinstance(listed, bool):
+            raise EnvironmentArgsError(f"environment {name!r}: list_candidates must be true or false, got {listed!r}")
+        spec = get_spec(name, own or None)
+        return _SPECS.setdefault(key, spec if listed else _without_list(name, spec))
     module_name = f"{__name__}.{name}" if name in builtin_names() else name if "." in name else None
     if module_name is None:
         raise UnknownEnvironmentError(

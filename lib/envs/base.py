@@ -65,6 +65,13 @@ def format_action(candidate_id: str) -> str:
     return json.dumps({"action": candidate_id})
 
 
+def candidate_lines(candidates: tuple[Candidate, ...], listed: bool = True) -> list[str]:
+    """The prompt's candidate list, as every renderer writes it: a "Candidates:" line, then each id quoted as the
+    answer writes it (so an answer's tokens are a copy of one listed line's); none at all when not `listed`, for a
+    learner that scores the offered answers itself (the environment argument `list_candidates: false`)."""
+    return ["Candidates:", *(f'- "{c.id}"' for c in candidates)] if listed else []
+
+
 def completion_action(completion: str) -> str:
     """The candidate id an action text names (`format_action`'s inverse), for counting what a policy played; a text
     that is no such object is its own "action"."""
@@ -146,7 +153,8 @@ class Environment(ABC):
       limit (combined with `weights`, clamped to [0, 1]);
     - `_hidden()`: the environment's own part of `state()`, hidden parts included;
     - `renderer`: the environment's one prompt renderer, a function of the observation (`staticmethod(render)`),
-      which `render` calls; it lives beside the observation types, in a module that does not import the
+      which `render` calls; it writes the candidate list with `candidate_lines`, and takes `list_candidates=False`
+      (a keyword) to leave it out; it lives beside the observation types, in a module that does not import the
       environment;
     - optionally `_on_invalid()` (what an invalid answer costs beyond `invalid_penalty`), `_end_info(info,
       end_reason)` (extra facts about an ended episode) and `_rule_hit(exploit, components)` (the anti-cheat
@@ -164,7 +172,8 @@ class Environment(ABC):
     name: str
     invalid_penalty: float
     weights: Mapping[str, float]
-    renderer: Callable[[Any], list[dict[str, str]]]  # the one prompt renderer: staticmethod(render)
+    renderer: Callable[..., list[dict[str, str]]]  # the one prompt renderer: staticmethod(render)
+    list_candidates: bool = True  # whether the prompt lists the candidates (`lib.envs.get_spec` sets it per spec)
     budget: int  # the steps an episode may take (set by `_begin`), for the default `_after_step`
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
     seed: int  # the current episode's (seed, split), as given to reset()
@@ -266,8 +275,11 @@ class Environment(ABC):
 
     def render(self, observation: Any) -> list[dict[str, str]]:
         """The chat messages a model sees for `observation`: the environment's `renderer`, the one renderer of
-        every prompt (SFT data, GRPO rollouts, evaluation and post-save inference)."""
-        return self.renderer(observation)
+        every prompt (SFT data, GRPO rollouts, evaluation and post-save inference); without the candidate list
+        when this environment was built with `list_candidates: false`."""
+        if self.list_candidates:
+            return self.renderer(observation)
+        return self.renderer(observation, list_candidates=False)
 
     # ---- what each environment implements -------------------------------------------------------
     @abstractmethod

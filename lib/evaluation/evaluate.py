@@ -227,6 +227,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
             "lora_top_layers": None if is_tiny(config.model) else config.model.lora.top_layers,
             "precision": sft["metrics"].get("precision", "fp32"),
             "labels": config.corpus.sft_policy or teacher_name,
+            "list_candidates": config.env_args.get("list_candidates", True),
         },
         "sft_seconds": sft.get("duration_s"),
         "policies": {

@@ -139,13 +139,16 @@ def imitation_points(runs: list, split: str = "holdout") -> list[dict]:
 
 
 def learner_label(learner: dict) -> str:
-    """A learner in a few words: its model, with the cheapening options it ran with (precision, cut, top adapters)."""
+    """A learner in a few words: its model, with the cheapening options it ran with (precision, cut, top adapters,
+    a prompt without the candidate list)."""
     name = "SmolLM2" if learner["model"] == "smollm2-135m-instruct" else Path(str(learner["model"])).name
     extras = [learner.get("precision")] if learner.get("precision") not in (None, "fp32") else []
     if learner.get("keep_layers"):
         extras.append(f"first {learner['keep_layers']} layers")
     if learner.get("lora_top_layers"):
         extras.append(f"adapters top {learner['lora_top_layers']}")
+    if learner.get("list_candidates") is False:
+        extras.append("no candidate list")
     if learner.get("labels") == "improver":
         extras.append("improver labels")
     return name + (f" ({', '.join(extras)})" if extras else "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..base import candidate_lines
 from .observation import Observation
 from .task import literal
 
@@ -65,7 +66,7 @@ def empty_fields(observation: Observation) -> list[str]:
     return [name for name in observation.schema["properties"] if name not in have]
 
 
-def render(observation: Observation) -> list[dict[str, str]]:
+def render(observation: Observation, list_candidates: bool = True) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     o = observation
     lines = [o.instruction, f"Text: {o.prompt}", *schema_lines(o.schema)]
@@ -76,7 +77,5 @@ def render(observation: Observation) -> list[dict[str, str]]:
     # without comparing the object against the schema line by line
     lines.append("Empty fields: " + (", ".join(empty_fields(o)) or "none"))
     lines.append(f"Step {o.step} of {o.budget}; last: {o.last}")
-    lines.append("Candidates:")
-    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
-    lines += [f'- "{c.id}"' for c in o.candidates]
+    lines += candidate_lines(o.candidates, list_candidates)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -5,6 +5,7 @@ SFT data, GRPO rollouts, evaluation and post-save inference all call `render`; `
 
 from __future__ import annotations
 
+from ..base import candidate_lines
 from .observation import Observation
 
 SYSTEM_PROMPT = (
@@ -14,7 +15,7 @@ SYSTEM_PROMPT = (
 )
 
 
-def render(observation: Observation) -> list[dict[str, str]]:
+def render(observation: Observation, list_candidates: bool = True) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     p = observation.patient
     slot_of = {drug: slot for slot, (drug, _, _) in zip(observation.slots, observation.regimen)}
@@ -35,9 +36,7 @@ def render(observation: Observation) -> list[dict[str, str]]:
         lines.append(f"Monitoring: {', '.join(observation.monitored)}")
     lines += [f"Note: {note}" for note in observation.notes]
     lines.append(f"Steps left: {observation.budget - observation.step}")
-    lines.append("Candidates:")
-    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
-    lines += [f'- "{c.id}"' for c in observation.candidates]
+    lines += candidate_lines(observation.candidates, list_candidates)
     # Said last, nearest the answer, and derived from the above: the safe alternatives of the major risks, then the
     # risks the evidence states, most serious last, then the regimen numbers that still have no evidence. The
     # alternatives have their own line so that the open items end on a regimen number (the tiny model learns to

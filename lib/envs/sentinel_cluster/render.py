@@ -7,6 +7,7 @@ fits a small model's context (README.md has the measured lengths).
 
 from __future__ import annotations
 
+from ..base import candidate_lines
 from .state import AUDIT_COOLDOWN, IDLE_LIMIT, JobView, Observation, WorkerView
 
 SYSTEM_PROMPT = (
@@ -46,7 +47,7 @@ def _running(j: JobView, tick: int) -> str:
     )
 
 
-def render(observation: Observation) -> list[dict[str, str]]:
+def render(observation: Observation, list_candidates: bool = True) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     o = observation
     counts = dict(o.counts)
@@ -78,7 +79,5 @@ def render(observation: Observation) -> list[dict[str, str]]:
         lines.append(
             f"Waited {o.idle} ticks in a row with allocations offered; wait {IDLE_LIMIT} in a row ends the episode."
         )
-    lines.append("Candidates:")
-    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
-    lines += [f'- "{c.id}"' for c in o.candidates]
+    lines += candidate_lines(o.candidates, list_candidates)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -6,6 +6,7 @@ The history is summarised into per-slot counts, so the prompt stays short (under
 
 from __future__ import annotations
 
+from ..base import candidate_lines
 from .observation import Observation, SlotEvidence
 from .scenario import BANDS, DOMAINS
 
@@ -54,7 +55,7 @@ def trust_ranking(observation: Observation) -> str:
     return " ".join(f"{e.slot} {(e.right + 1) / (e.calls + 2):.2f}" for e in ranked)
 
 
-def render(observation: Observation) -> list[dict[str, str]]:
+def render(observation: Observation, list_candidates: bool = True) -> list[dict[str, str]]:
     """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     o = observation
     right, wrong, skipped = o.tally
@@ -75,9 +76,7 @@ def render(observation: Observation) -> list[dict[str, str]]:
     lines += [slot_line(e) for e in o.slots]
     if o.solo[1]:
         lines.append(f"Solo: {o.solo[0]}/{o.solo[1]}")
-    lines.append("Candidates:")
-    # quoted as the answer writes them, so an answer's tokens are a copy of one listed line's
-    lines += [f'- "{c.id}"' for c in o.candidates]
+    lines += candidate_lines(o.candidates, list_candidates)
     # said last, nearest the answer (as PolyGuard's open items), restating what the lines above show: this
     # subtask's stakes band and allowance, and each slot's overall record ranked
     lines.append(f"Stakes now: {o.band}; verify allowance {o.verify_allowance}")

@@ -95,9 +95,10 @@ class RunConfig(Strict):
                 "env_args.list_candidates: false leaves the candidate list out of the prompt; a model that writes its "
                 "answer (model.action_space: free) needs it: set model.action_space: candidates"
             )
-        if self.grpo.mode == "multi_turn" and self.model.action_space != "candidates":
+        if self.grpo.mode != "step" and self.model.action_space != "candidates":
             raise ValueError(
-                "grpo.mode: multi_turn samples from the candidate policy; it needs model.action_space: candidates"
+                f"grpo.mode: {self.grpo.mode} acts through the candidate policy; it needs model.action_space: "
+                "candidates"
             )
         return self
 

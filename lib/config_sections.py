@@ -194,11 +194,13 @@ class GRPOStageConfig(Strict):
         None,
         description="who finishes episodes in the GRPO reward; unset: the environment's teacher",
     )
-    mode: Literal["step", "multi_turn"] = Field(
+    mode: Literal["step", "every_candidate", "multi_turn"] = Field(
         "step",
         description="step: each GRPO sample is one action at a corpus state, the episode finished by the reference "
-        "policy (the reward: that episode's return); multi_turn: each sample is a whole episode the policy plays, in "
-        "process (or against `env_url`), acting at every turn, its return the reward (lib/training/multiturn.py)",
+        "policy (the reward: that episode's return); every_candidate: as step, but a group is the state's offered "
+        "candidates themselves, not draws from the policy (lib/training/rollout.py); multi_turn: each sample is a "
+        "whole episode the policy plays, in process (or against `env_url`), acting at every turn, its return the "
+        "reward (lib/training/multiturn.py)",
     )
     env_url: str | None = Field(
         None,

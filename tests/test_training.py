@@ -483,6 +483,53 @@ def test_the_candidate_sampler_is_on_policy(trained):
     assert len(out["prompt_ids"]) == draws and out["rollout_metrics"]["explore/candidate_entropy"] > 0
 
 
+def test_an_every_candidate_group_holds_each_offered_answer_round_robin():
+    import torch
+
+    from lib.training.rollout import every_candidate
+
+    group = every_candidate(3, 8, torch.Generator().manual_seed(0))
+    assert sorted(group.count(i) for i in range(3)) == [2, 3, 3] and len(group) == 8
+    assert group[:3] == group[3:6] and sorted(group[:3]) == [0, 1, 2]  # one permutation, repeated
+    subset = every_candidate(10, 4, torch.Generator().manual_seed(1))
+    assert len(set(subset)) == 4 and set(subset) <= set(range(10))
+    assert subset == every_candidate(10, 4, torch.Generator().manual_seed(1))  # seeded: a resumed run draws it again
+
+
+def test_every_candidate_groups_ignore_the_policy_and_cover_the_state(trained):
+    """grpo.mode: every_candidate: however sharp the policy, a group of twice the candidates holds each offered
+    answer exactly twice, and its coverage is logged as 1."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from lib.candidates import answers
+    from lib.envs import get_spec
+    from lib.training.rollout import candidate_rollout
+
+    config = _config()
+    model, tokenizer, _ = load_policy_model(trained.read_stage("sft")["outputs"]["model"], config.model)
+    row = json.loads(_corpus_lines(trained)[0])
+    offered = answers(PolyGuardEnv().restore(row["seed"], row["split"], row["history"]))
+    size = 2 * len(offered)
+    trainer = SimpleNamespace(processing_class=tokenizer, model=model, state=SimpleNamespace(global_step=0))
+    rollout = candidate_rollout([row], get_spec("polyguard"), size, 1.0, seed=0, every=True)
+    out = rollout([row["prompt"]] * size, trainer)
+    counts = Counter(tokenizer.decode(ids, skip_special_tokens=True) for ids in out["completion_ids"])
+    assert counts == {answer: 2 for answer in offered}
+    assert out["rollout_metrics"]["explore/group_coverage"] == 1.0
+
+
+def test_every_candidate_mode_trains_and_needs_the_candidate_policy(trained, tmp_path):
+    with pytest.raises(ConfigError, match="every_candidate acts through the candidate policy"):
+        load_config("cpu-smoke", {"grpo.mode": "every_candidate", "model.action_space": "free"})
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "every_candidate"})
+    record = run_grpo(config, run)
+    assert record["metrics"]["mode"] == "every_candidate"
+    logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if "explore/group_coverage" in r]
+    assert len(steps) == 2 and all(0 < r["explore/group_coverage"] <= 1 and r["env/invalid_rate"] == 0 for r in steps)
+
+
 def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):
     from lib.training.alarms import validation_drop
     from lib.training.validation import VALIDATION_SEED_OFFSET, read_curve

@@ -518,6 +518,7 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
         "lora_top_layers": None,
         "precision": "fp32",
         "labels": config.spec.teacher,
+        "list_candidates": True,
     }
     [point] = imitation_points([run.dir])
     assert (point["env"], point["sft_minus_teacher"]) == (config.env, report["sft-teacher"]["mean"])

@@ -172,6 +172,9 @@ def run_bench(profile: str, sft_steps: int, states: int, episodes: int, out: Pat
         work = Path(folder)
         corpora = {}
         for name, config in (("chosen", chosen), ("today", today)):
+            if name == "today" and today.spec is chosen.spec:  # the same prompts: one corpus serves both
+                corpora[name] = corpora["chosen"]
+                continue
             corpus_run = Run(work / f"corpus-{name}", config)
             run_corpus(config, corpus_run)
             corpora[name] = corpus_run.stage_dir("corpus")

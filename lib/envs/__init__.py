@@ -62,9 +62,6 @@ def _canonical(name: str, args: Mapping[str, Any] | None) -> str:
 _SPECS: dict[tuple[str, str], EnvSpec] = {}  # the memo: (name, canonical JSON of the args) -> spec
 
 
-PROMPT_ARGS = ("list_candidates",)  # arguments every environment takes, handled by `get_spec` itself
-
-
 def _unlisted(make_env: Callable[[], Environment]) -> Environment:
     """An environment of `make_env` whose prompt leaves out the candidate list."""
     env = make_env()

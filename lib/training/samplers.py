@@ -22,8 +22,9 @@ import torch
 from datasets import Dataset
 
 from ..config import RunConfig
+from ..reward import make_reward_function
 from .harness import check_prompt_length
-from .rollout import candidate_rollout
+from .rollout import candidate_rollout, soft_targets
 
 
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
@@ -69,14 +70,49 @@ def sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
         }
     rollout = None
     if config.model.action_space == "candidates":
-        every = g.mode == "every_candidate"  # groups of the offered candidates, not draws from the policy
+        every = g.mode in ("every_candidate", "soft_target")  # groups of the offered candidates, not policy draws
         rollout = candidate_rollout(rows, config.spec, g.num_generations, g.temperature, config.seed, every=every)
+    if g.mode == "soft_target":
+        # the rewards are already each candidate's move toward its target, summing to zero over the group: TRL's
+        # mean subtraction leaves them as they are, and a std scale would undo the KL bound
+        reward = soft_target_reward(make_reward_function(config, out / "samples.jsonl"), g.num_generations, g.target_kl)
+        return {
+            "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
+            "rollout": rollout,
+            "reward": reward,
+            "trl": {"scale_rewards": "none"},
+        }
     return {
         "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
         "rollout": rollout,
         "reward": None,
         "trl": {},
     }
+
+
+def soft_target_reward(reward, group_size: int, kl: float):
+    """grpo.mode soft_target: the step-mode reward (each candidate's environment return, the same function), turned
+    into each candidate's move toward the state's bounded target (lib/training/rollout.py: soft_targets) with the
+    policy's probabilities the sampler handed over (`policy_prob`). Logs the returns' mean
+    (`soft_target/return_mean`, what the run's reward summary reads) and the probability mass each target moves
+    (`explore/target_move`, total variation, mean over groups)."""
+
+    @functools.wraps(reward)
+    def soft(prompts, completions, *args, policy_prob=None, log_metric=None, **kwargs):
+        if policy_prob is None:
+            raise RuntimeError(
+                "grpo.mode soft_target needs the candidate sampler's policy_prob (model.action_space: candidates)"
+            )
+        returns = reward(prompts, completions, *args, log_metric=log_metric, **kwargs)
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        rewards = soft_targets(texts, returns, list(policy_prob), group_size, kl)
+        if log_metric is not None:
+            groups = len(rewards) // group_size
+            log_metric("soft_target/return_mean", sum(returns) / len(returns))
+            log_metric("explore/target_move", sum(abs(r) for r in rewards) / 2 / groups)
+        return rewards
+
+    return soft
 
 
 @contextmanager

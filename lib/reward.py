@@ -51,6 +51,17 @@ def group_metrics(
     }
 
 
+# The per-step logs' key that holds what the policy's samples returned, where TRL's `reward` holds something else:
+# multi-turn with every turn trained hands TRL finished advantages, soft_target each candidate's move to its target.
+RETURN_KEYS = ("multi_turn/return_mean", "soft_target/return_mean")
+
+
+def reward_key(rows: list[dict]) -> str:
+    """Which per-step key of a GRPO log is the reward to report and chart: a RETURN_KEYS key the log has, else
+    TRL's `reward`."""
+    return next((key for key in RETURN_KEYS if any(key in row for row in rows)), "reward")
+
+
 def make_reward_function(config: RunConfig, samples_path: Path | None = None):
     """GRPO reward, step mode: the completion is applied at the sampled state and the episode is finished by
     the reference policy (the environment's teacher unless `grpo.reference_policy` names another); the reward is that

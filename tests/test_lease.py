@@ -46,6 +46,7 @@ def _args(tmp_path: Path, *, sleep: float, rc: int = 0, wait: float = 30.0, whee
         wait=wait,
         every=0.05,
         wheels=wheels,
+        start=True,
         tree=str(tree),
         run_args=[],
         command=[sys.executable, "fake_run.py", run_id, str(sleep), str(rc)],
@@ -56,23 +57,60 @@ def _status(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / lease.STATUS).read_text())
 
 
+def _records(tmp_path: Path) -> dict[str, bytes]:
+    import tarfile
+
+    with tarfile.open(tmp_path / "out" / lease.RECORDS) as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+
+
 def test_a_run_started_in_one_call_is_picked_up_by_the_next_and_its_weights_stay_behind(tmp_path):
     args = _args(tmp_path, sleep=3.0, wait=1.0)
     assert lease.lease(args) == 0
     first = _status(tmp_path)
     assert first["state"] == "running" and first["rc"] is None
-    out = tmp_path / "out" / "r1"
-    assert json.loads((out / "sft" / "stage.json").read_text()) == {"duration_s": 1.0}
-    assert not (out / "sft" / "model").exists() and not (out / "sft" / "adapter.bin").exists()
+    records = _records(tmp_path)
+    assert json.loads(records["r1/sft/stage.json"]) == {"duration_s": 1.0}
+    assert not any("model" in name or name.endswith(".bin") for name in records)  # weights never leave
+    assert first["records"]["files"] == len(records) == 2 and first["records"]["left_out"] == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")) == [
+        lease.STATUS,
+        lease.RECORDS,
+        "run.log",
+    ]  # $OUT brings back 8 files at most: a call writes 3
     assert first["stages_done"] == ["corpus"]  # the failed stage and the torn last line are not "done"
     assert not (tmp_path / "home" / "r1" / "repo" / "outputs" / "stale.txt").exists()
 
-    args.wait = 30.0  # the next call: it must not start a second run
+    args.wait, args.start = 30.0, False  # the next call only watches: it must not start a second run
     assert lease.lease(args) == 0
     second = _status(tmp_path)
     assert second["state"] == "finished" and second["rc"] == 0
     assert (tmp_path / "out" / "run.log").read_text().count("fake run working") == 1
     assert second["seconds"] >= 3.0
+
+
+def test_a_call_without_start_on_a_machine_with_no_run_says_so_and_starts_nothing(tmp_path, capsys):
+    args = _args(tmp_path, sleep=0.0)
+    args.start = False
+    with pytest.raises(RuntimeError, match="no run r1 on this machine"):
+        lease.lease(args)
+    assert "no run r1" in _status(tmp_path)["note"] and _status(tmp_path)["state"] == "not_started"
+    assert not (tmp_path / "home" / "r1" / "repo").exists()
+
+
+def test_records_over_the_limit_leave_out_the_largest_and_say_which(tmp_path):
+    import os
+
+    run = tmp_path / "run"
+    (run / "evaluate").mkdir(parents=True)
+    (run / "evaluate" / "episodes.jsonl").write_bytes(os.urandom(200_000))  # incompressible
+    (run / "evaluate" / "eval.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = lease.bundle(run, out, limit=50_000)
+    assert summary["left_out"] == ["evaluate/episodes.jsonl"] and summary["files"] == 1
+    assert summary["bytes"] <= 50_000
+    assert lease.bundle(run, out, limit=50_000) == summary  # nothing changed: the archive is not rewritten
 
 
 def test_a_failed_run_returns_its_exit_code(tmp_path):
@@ -91,6 +129,7 @@ def test_a_run_that_died_without_an_exit_code_is_reported_not_restarted(tmp_path
     with pytest.raises(RuntimeError, match="died without an exit code"):
         lease.lease(args)
     assert not (home / "repo").exists()
+    assert _status(tmp_path)["state"] == "lost" and "died without an exit code" in _status(tmp_path)["note"]
 
 
 def test_main_says_what_is_wrong_in_one_line(tmp_path, capsys):

@@ -545,6 +545,11 @@ def test_a_soft_target_is_the_policy_tilted_toward_the_better_returns_within_its
         [0.625, 0.375, 0.0]
     )  # the limit: the best, in proportion
 
+    # a best answer the policy gives no probability at all cannot be tilted toward (and must not crash the bound)
+    assert tilt([1.0, 0.0], [0.0, 1.0], 0.1) == [1.0, 0.0]
+    # a bound far tighter than the returns' spread is still met (the search widens until it is)
+    assert sum(a * math.log(a / b) for a, b in zip(tilt([0.5, 0.5], [1e7, 0.0], 1e-9), [0.5, 0.5])) < 2e-9
+
     # a group of 8 over 3 candidates (3, 3 and 2 appearances): each appearance carries its share of q - pi
     keys = ["a", "b", "c"] * 2 + ["a", "b"]
     rewards = soft_targets(keys, [returns[ord(k) - 97] for k in keys], [probs[ord(k) - 97] for k in keys], 8, 0.1)
@@ -561,6 +566,8 @@ def test_soft_target_mode_trains_on_moves_and_reports_the_returns(trained, tmp_p
         load_config("cpu-smoke", {"grpo.mode": "soft_target", "model.action_space": "free"})
     with pytest.raises(ConfigError, match="target_kl"):
         load_config("cpu-smoke", {"grpo.target_kl": 0})
+    with pytest.raises(ConfigError, match="soft_target moves the policy itself"):
+        load_config("cpu-smoke", {"grpo.mode": "soft_target", "grpo.temperature": 1.5})
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "soft_target"})
     record = run_grpo(config, run)
     assert record["metrics"]["mode"] == "soft_target"

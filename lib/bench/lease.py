@@ -7,16 +7,18 @@ Two halves, one module (stdlib only on the device side, because it runs before t
   workbook's requirements and the embedded model's wheel, less every distribution the device image already has at
   the same version. A wheel over one call's carry limit is split into parts, and the files are binned into folders
   `.wheels/call-1`, `.wheels/call-2`, ..., each under the limit, each with the `SHA256SUMS` of every whole wheel.
-- `python -m lib.bench.lease run --profile gpu-smollm2 --wheels .wheels --wait 540` (on the device, once per call,
-  calls back to back): joins the parts carried so far into whole wheels under `--home`, checks them against
-  `SHA256SUMS`, and installs them once all are there (`pip install --no-deps --no-index`). It then starts the run
-  (`python -m lib run`) from a copy of the working tree under `--home`, detached with `setsid` so that the next
-  call's fresh working tree cannot touch it, or finds the run a previous call started. Until the run ends or
-  `--wait` seconds pass, it copies the run folder into `$OUT` every `--every` seconds, weights left out, with
-  `lease_status.json` (state, exit code, seconds, the stages the run log has finished) and the run's log. A call
-  that ends while the run goes on returns everything up to that moment; the next call picks the run up.
+- `python -m lib.bench.lease run --profile gpu-smollm2 --wheels .wheels/call-k --start --wait 540` (on the device,
+  once per call, calls back to back): stores the parts carried so far under `--home`, joins a split wheel once all
+  its parts are there, checks every wheel against `SHA256SUMS`, and installs them once all are
+  (`pip install --no-deps --no-index --target`, first on the run's PYTHONPATH). It then starts the run (`python -m lib
+  run`) from a copy of the working tree under `--home`, detached in its own session so that the next call's fresh
+  working tree cannot touch it; a call without `--start` only watches a run already started, and says so when this
+  machine has none. Until the run ends or `--wait` seconds pass, every `--every` seconds it writes three files into
+  `$OUT`: `lease_status.json` (state, exit code, seconds, the stages the run log has finished), the console log's
+  tail, and `records.tar.gz`, the run folder's records without weights (one archive: $OUT brings back 8 files at
+  most). A call that ends while the run goes on returns everything up to that moment; the next call picks it up.
 
-The same command runs on a CPU with `--profile cpu-smoke` and no `--wheels` (bench/README.md quotes it).
+The same command runs on a CPU with `--profile cpu-smoke --start` and no `--wheels` (bench/README.md quotes it).
 """
 
 from __future__ import annotations
@@ -40,10 +42,15 @@ CARRY_BYTES = 64 * 1024 * 1024
 MARGIN_BYTES = 1024 * 1024
 # what never leaves the device: weights, optimizer states, trainer checkpoints
 WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".whl"}
-WEIGHT_DIRS = {"model", "adapter", "trainer", "merged"}
+WEIGHT_DIRS = {"model", "base_model", "adapter", "adapter_best", "trainer", "merged"}
 # what the copy of the working tree leaves behind
 TREE_IGNORE = (".git", ".venv", "outputs", ".wheels", "__pycache__", ".pytest_cache", "lease-out")
 STATUS = "lease_status.json"
+RECORDS = "records.tar.gz"
+# $OUT brings back at most 8 files of 16 MiB, 2 folders deep: a call writes three files at its top (the status, the
+# console log's tail and one archive of the run's records), the archive kept under this size by leaving out the
+# largest records (named in the status)
+RECORDS_BYTES = 15 * 1024 * 1024
 
 
 def _normal(name: str) -> str:
@@ -86,14 +93,17 @@ def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
     """Copy what this call carried into `store` (it outlives the call's working tree), join the parts of a split
     wheel, and return (the whole wheels that match SHA256SUMS, the names still missing or incomplete)."""
     if not carried.is_dir():
-        raise FileNotFoundError(f"--wheels {carried} is not a folder (carry it with the call)")
+        raise FileNotFoundError(
+            f"--wheels {carried} is not a folder: carry it with the call (a call that only "
+            "watches a started run needs no --wheels)"
+        )
     store.mkdir(parents=True, exist_ok=True)
     sums_files = sorted(carried.rglob("SHA256SUMS"))
     if not sums_files and not (store / "SHA256SUMS").exists():
         raise FileNotFoundError(f"no SHA256SUMS under {carried}: make it with `python -m lib.bench.lease prepare`")
     for path in sorted(p for p in carried.rglob("*") if p.is_file()):
         target = store / path.name
-        if not target.exists() or target.stat().st_size != path.stat().st_size:
+        if not target.exists() or _sha256(target) != _sha256(path):
             shutil.copyfile(path, store / f".{path.name}.tmp")
             os.replace(store / f".{path.name}.tmp", target)
     sums = read_sums((store / "SHA256SUMS").read_text())
@@ -361,7 +371,11 @@ def state(home: Path) -> dict:
         rc = int((home / "rc").read_text().strip() or -1)
         return {"state": "finished" if rc == 0 else "failed", "rc": rc}
     pid = int((home / "pid").read_text())
-    return {"state": "running" if _alive(pid) else "lost", "rc": None, "pid": pid}
+    if _alive(pid):
+        return {"state": "running", "rc": None, "pid": pid}
+    if (home / "rc").exists():  # it ended between the two looks
+        return state(home)
+    return {"state": "lost", "rc": None, "pid": pid}
 
 
 def _is_weight(relative: Path) -> bool:
@@ -370,25 +384,37 @@ def _is_weight(relative: Path) -> bool:
     )
 
 
-def sync(run_dir: Path, out: Path) -> int:
-    """Copy the run folder's files into out, weights left out, each file atomically; return how many changed."""
-    changed = 0
-    if not run_dir.is_dir():
-        return 0
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
-        relative = path.relative_to(run_dir)
-        if _is_weight(relative):
-            continue
-        target = out / relative
-        stat = path.stat()
-        if target.exists() and target.stat().st_size == stat.st_size and target.stat().st_mtime >= stat.st_mtime:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, target)
-        changed += 1
-    return changed
+def bundle(run_dir: Path, out: Path, limit: int = RECORDS_BYTES) -> dict:
+    """The run folder's records, weights left out, as one gzipped tar in out (written atomically, and only when a
+    record changed since the last one). When the archive would pass `limit`, the largest records are left out
+    until it fits. Returns {"files": how many are in it, "left_out": [the records left out], "bytes": its size}."""
+    import tarfile
+
+    files = [] if not run_dir.is_dir() else sorted(p for p in run_dir.rglob("*") if p.is_file())
+    records = [(p, p.relative_to(run_dir), p.stat()) for p in files if not _is_weight(p.relative_to(run_dir))]
+    signature = json.dumps([[str(r), st.st_size, st.st_mtime_ns] for _, r, st in records])
+    stamp = out / f".{RECORDS}.signature"
+    target = out / RECORDS
+    if target.exists() and stamp.exists() and stamp.read_text() == signature:
+        return json.loads((out / f".{RECORDS}.summary").read_text())
+    left_out: list[str] = []
+    kept = sorted(records, key=lambda r: r[2].st_size)
+    while True:
+        tmp = out / f".{RECORDS}.tmp"
+        with tarfile.open(tmp, "w:gz") as archive:
+            for path, relative, _ in kept:
+                try:
+                    archive.add(path, arcname=str(Path(run_dir.name) / relative))
+                except FileNotFoundError:  # a file the run replaced between the listing and now: the next copy has it
+                    continue
+        if tmp.stat().st_size <= limit or not kept:
+            break
+        left_out.append(str(kept.pop()[1]))
+    os.replace(tmp, target)
+    summary = {"files": len(kept), "left_out": left_out, "bytes": target.stat().st_size}
+    _atomic_write(out / f".{RECORDS}.summary", json.dumps(summary))
+    _atomic_write(stamp, signature)
+    return summary
 
 
 def stages_done(run_dir: Path) -> list[str]:
@@ -407,18 +433,20 @@ def stages_done(run_dir: Path) -> list[str]:
 
 
 def report(home: Path, run_id: str, out: Path, note: str = "") -> dict:
+    """Write the call's three files into out: the status, the console log's tail and the records' archive."""
     run_dir = home / "repo" / "outputs" / run_id
-    sync(run_dir, out / run_id)
+    records = bundle(run_dir, out)
     status = state(home)
     started = float((home / "started").read_text()) if (home / "started").exists() else None
     status.update(
         run_id=run_id,
         seconds=None if started is None else round(time.time() - started, 1),
         stages_done=stages_done(run_dir),
+        records=records,
         note=note,
     )
     if (home / "run.log").exists():
-        _atomic_write(out / "run.log", (home / "run.log").read_text(errors="replace")[-200_000:])
+        _atomic_write(out / "run.log", (home / "run.log").read_text(errors="replace")[-1_000_000:])
     _atomic_write(out / STATUS, json.dumps(status, indent=2) + "\n")
     return status
 
@@ -428,22 +456,35 @@ def lease(args) -> int:
     out = Path(args.out or os.environ.get("OUT") or "lease-out")
     home.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _lease(args, home, out)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        report(home, args.run_id, out, note=f"{type(error).__name__}: {error}")  # the call's files say it too
+        raise
+
+
+def _lease(args, home: Path, out: Path) -> int:
     deadline = time.monotonic() + args.wait
     site = None
-    if args.wheels:
+    status = state(home)
+    if args.wheels and status["state"] == "not_started":
         whole, missing = gather_wheels(Path(args.wheels), Path(args.home) / "wheels")
         if missing:
-            status = report(home, args.run_id, out, note=f"waiting for wheels: {', '.join(missing)}")
+            report(home, args.run_id, out, note=f"waiting for wheels: {', '.join(missing)}")
             print(f"lease: {len(whole)} wheels whole, waiting for {len(missing)}: {', '.join(missing)}")
             return 0
         site = install_wheels(whole, Path(args.home) / "wheels")
-    status = state(home)
     if status["state"] == "lost":
         raise RuntimeError(
-            f"the run in {home} died without an exit code (see {out / 'run.log'}); "
+            f"the run in {home} died without an exit code (its console log: run.log); "
             f"start afresh with another --run-id or remove {home}"
         )
     if status["state"] == "not_started":
+        if not args.start:
+            raise RuntimeError(
+                f"no run {args.run_id} on this machine ({home} has none: a fresh machine?); "
+                "the call that should start it passes --start"
+            )
         command = args.command or [
             sys.executable,
             "-m",
@@ -497,6 +538,11 @@ def main(argv=None) -> int:
     run.add_argument("--wait", type=float, default=540, help="seconds this call watches before it returns")
     run.add_argument("--every", type=float, default=10, help="seconds between copies into $OUT")
     run.add_argument("--wheels", default=None, help="the carried wheels folder (from `prepare`)")
+    run.add_argument(
+        "--start",
+        action="store_true",
+        help="start the run once the wheels are whole; without it a call only watches a run already started",
+    )
     run.add_argument("--home", default="/tmp/lease", help="where the run's copy lives across calls")
     run.add_argument("--tree", default=".", help="the working tree to copy")
     run.add_argument("--out", default=None, help="default: $OUT, else ./lease-out")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..reward import reward_key
 from ..runs import DamagedRunError, read_json_record, read_stage_record
 
 COLUMNS = (
@@ -59,7 +60,8 @@ def _grpo_log(run_dir: Path, stage: str) -> dict:
     log = run_dir / stage / "train_log.jsonl"
     rows = _jsonl(log)
     losses = [r["loss"] for r in rows if "loss" in r]
-    rewards = [r["reward"] for r in rows if "reward" in r]
+    key = reward_key(rows)  # what the samples returned (multi-turn's and soft_target's logs say it apart)
+    rewards = [r[key] for r in rows if "reward" in r and key in r]
     if not rewards:
         raise DamagedRunError(f"{log}: no per-step 'reward' line")
     lo, hi = bootstrap_ci(rewards)

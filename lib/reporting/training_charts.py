@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..reward import reward_key
 from .figures import EVAL, GRPO_LOG, SFT_LOG, VALIDATION, VALIDATION_REFERENCES, _figure, _read, _rows
 
 
@@ -29,8 +30,10 @@ def grpo_reward(run_dir: Path) -> Figure:
         "line with 'reward' and 'frac_reward_zero_std'",
     )
     figure, (left, right) = _figure(ncols=2, width=5.5)
+    returned = reward_key(rows)  # multi-turn's and soft_target's TRL `reward` is not a return: their own key is
+    rows = [r for r in rows if returned in r]
     for ax, key, title, ylabel in (
-        (left, "reward", "GRPO: mean reward of sampled completions", "mean reward"),
+        (left, returned, "GRPO: mean return of the step's samples", "mean return"),
         (right, "frac_reward_zero_std", "Groups with zero reward spread (no signal)", "share of groups"),
     ):
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o" if len(rows) < 40 else None)
@@ -48,6 +51,7 @@ def exploration(run_dir: Path) -> Figure:
         ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
         ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
         ("multi_turn/return_mean", "Return of the episodes played", "mean return"),
+        ("explore/target_move", "Probability each soft target moves", "total variation"),
         ("multi_turn/episode_len", "Length of the episodes played", "turns"),
         ("explore/candidate_entropy", "Entropy over the candidate set", "nats"),
         ("explore/p_best", "Probability of the best candidate", "probability"),

@@ -17,7 +17,7 @@ from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..io import read_records
 from ..models import load_model, weights_sha256, with_lora
-from ..reward import make_reward_function
+from ..reward import make_reward_function, reward_key
 from ..runs import Run, seed_everything
 from .alarms import CollapseAlarm, read_alarms
 from .anchor import with_anchor_adapter
@@ -143,12 +143,7 @@ def _explore_summary(history: list[dict]) -> dict:
 def _reward_metrics(log_history: list[dict]) -> dict:
     """The reward's first, last and mean over the logged steps, the mean zero-std share and the explore/* means."""
     history = [h for h in log_history if "reward" in h]
-    # multi_turn with every turn trained: the rows' rewards are advantages, the episodes' returns are the reward;
-    # soft_target: the rewards are each candidate's move toward its target, the candidates' returns are the reward
-    returned = next(
-        (key for key in ("multi_turn/return_mean", "soft_target/return_mean") if any(key in h for h in history)),
-        "reward",
-    )
+    returned = reward_key(history)  # multi-turn's episode returns, soft_target's candidate returns, else TRL's
     zero_std = [h["frac_reward_zero_std"] for h in history if "frac_reward_zero_std" in h]
     return {
         "reward_first": history[0][returned] if history else None,

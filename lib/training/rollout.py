@@ -71,18 +71,20 @@ def tilt(probs: list[float], returns: list[float], kl: float) -> list[float]:
     if top - min(returns) <= 1e-12:
         return list(probs)
     best_mass = sum(p for p, r in zip(probs, returns) if r == top)
-    if -math.log(best_mass) <= kl:  # the KL of the limit eta -> 0: all the mass on the best, renormalised
+    if best_mass > 0 and -math.log(best_mass) <= kl:  # the KL of the limit eta -> 0: all on the best, renormalised
         return [p / best_mass if r == top else 0.0 for p, r in zip(probs, returns)]
 
     def target(log_eta: float) -> tuple[list[float], float]:
         eta = math.exp(log_eta)
-        shift = max(advantages) / eta
-        weights = [p * math.exp(a / eta - shift) for p, a in zip(probs, advantages)]
+        shift = max(a for p, a in zip(probs, advantages) if p > 0) / eta  # the largest weight is exp(0)
+        weights = [p * math.exp(a / eta - shift) if p > 0 else 0.0 for p, a in zip(probs, advantages)]
         total = sum(weights)
         q = [w / total for w in weights]
         return q, sum(x * math.log(x / p) for x, p in zip(q, probs) if x > 0)
 
-    low, high = math.log(1e-6), math.log(1e6)  # KL falls as eta grows
+    low, high = math.log(1e-6), math.log(1e6)  # KL falls as eta grows: widen the top until it is within kl
+    while target(high)[1] > kl and high < math.log(1e300):
+        low, high = high, high + math.log(1e6)
     for _ in range(80):
         middle = (low + high) / 2
         if target(middle)[1] > kl:

@@ -74,13 +74,15 @@ def sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
         rollout = candidate_rollout(rows, config.spec, g.num_generations, g.temperature, config.seed, every=every)
     if g.mode == "soft_target":
         # the rewards are already each candidate's move toward its target, summing to zero over the group: TRL's
-        # mean subtraction leaves them as they are, and a std scale would undo the KL bound
+        # mean subtraction leaves them as they are, and a std scale would undo the KL bound. The dapo loss (TRL's
+        # default, pinned here) sums each answer's token terms over the batch's tokens, so every candidate counts
+        # once, whatever its length; a loss normalised per answer would bend the target.
         reward = soft_target_reward(make_reward_function(config, out / "samples.jsonl"), g.num_generations, g.target_kl)
         return {
             "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
             "rollout": rollout,
             "reward": reward,
-            "trl": {"scale_rewards": "none"},
+            "trl": {"scale_rewards": "none", "loss_type": "dapo"},
         }
     return {
         "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),

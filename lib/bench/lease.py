@@ -24,7 +24,6 @@ The same command runs on a CPU with `--profile cpu-smoke --start` and no `--whee
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -32,9 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from ..io import atomic_write_text, sha256_file  # stdlib only, like this module
 
 # one call carries at most 64 MiB in all, the working tree's own files (tracked and untracked, not ignored) included:
 # each call's folder of wheels gets what the tree leaves, less a margin
@@ -55,22 +55,6 @@ RECORDS_BYTES = 15 * 1024 * 1024
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.replace(tmp, path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------- wheels
@@ -103,7 +87,7 @@ def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
         raise FileNotFoundError(f"no SHA256SUMS under {carried}: make it with `python -m lib.bench.lease prepare`")
     for path in sorted(p for p in carried.rglob("*") if p.is_file()):
         target = store / path.name
-        if not target.exists() or _sha256(target) != _sha256(path):
+        if not target.exists() or sha256_file(target) != sha256_file(path):
             shutil.copyfile(path, store / f".{path.name}.tmp")
             os.replace(store / f".{path.name}.tmp", target)
     sums = read_sums((store / "SHA256SUMS").read_text())
@@ -111,12 +95,12 @@ def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
     for name, digest in sorted(sums.items()):
         target = store / name
         parts = sorted(store.glob(f"{name}.part-*"))
-        if (not target.exists() or _sha256(target) != digest) and parts:
+        if (not target.exists() or sha256_file(target) != digest) and parts:
             with (store / f".{name}.tmp").open("wb") as out:
                 for part in parts:
                     out.write(part.read_bytes())
             os.replace(store / f".{name}.tmp", target)
-        if target.exists() and _sha256(target) == digest:
+        if target.exists() and sha256_file(target) == digest:
             whole.append(target)
         else:
             missing.append(name)
@@ -148,7 +132,7 @@ def install_wheels(wheels: list[Path], store: Path) -> Path:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"pip install of the carried wheels failed ({done.returncode}): {done.stderr[-2000:]}")
-    _atomic_write(marker, names)
+    atomic_write_text(marker, names)
     return site
 
 
@@ -286,7 +270,7 @@ def prepare(
     if done.returncode:
         raise RuntimeError(f"pip download failed ({done.returncode}): {done.stderr[-2000:]}")
     wheels = sorted(download.glob("*.whl"))
-    sums = "".join(f"{_sha256(w)}  {w.name}\n" for w in wheels)
+    sums = "".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels)
     pieces: list[tuple[Path, int]] = []
     for wheel in wheels:
         data_size = wheel.stat().st_size
@@ -352,8 +336,8 @@ def start(home: Path, tree: Path, command: list[str], site: Path | None = None) 
             start_new_session=True,
             env=env,
         )
-    _atomic_write(home / "pid", str(process.pid))
-    _atomic_write(home / "started", str(time.time()))
+    atomic_write_text(home / "pid", str(process.pid))
+    atomic_write_text(home / "started", str(time.time()))
     return process.pid
 
 
@@ -412,8 +396,8 @@ def bundle(run_dir: Path, out: Path, limit: int = RECORDS_BYTES) -> dict:
         left_out.append(str(kept.pop()[1]))
     os.replace(tmp, target)
     summary = {"files": len(kept), "left_out": left_out, "bytes": target.stat().st_size}
-    _atomic_write(out / f".{RECORDS}.summary", json.dumps(summary))
-    _atomic_write(stamp, signature)
+    atomic_write_text(out / f".{RECORDS}.summary", json.dumps(summary))
+    atomic_write_text(stamp, signature)
     return summary
 
 
@@ -446,8 +430,8 @@ def report(home: Path, run_id: str, out: Path, note: str = "") -> dict:
         note=note,
     )
     if (home / "run.log").exists():
-        _atomic_write(out / "run.log", (home / "run.log").read_text(errors="replace")[-1_000_000:])
-    _atomic_write(out / STATUS, json.dumps(status, indent=2) + "\n")
+        atomic_write_text(out / "run.log", (home / "run.log").read_text(errors="replace")[-1_000_000:])
+    atomic_write_text(out / STATUS, json.dumps(status, indent=2) + "\n")
     return status
 
 

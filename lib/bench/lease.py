@@ -107,6 +107,12 @@ def gather_wheels(carried: Path, store: Path) -> tuple[list[Path], list[str]]:
     return whole, missing
 
 
+def _pip(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
 def install_wheels(wheels: list[Path], store: Path) -> Path:
     """pip install --no-deps --no-index into store/site (the run puts it first on PYTHONPATH, so a carried version
     shadows the image's), once per set of wheels: a marker file remembers it across calls. Returns the folder."""
@@ -129,9 +135,7 @@ def install_wheels(wheels: list[Path], store: Path) -> Path:
         str(site),
         *map(str, wheels),
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"pip install of the carried wheels failed ({done.returncode}): {done.stderr[-2000:]}")
+    _pip(command, "pip install of the carried wheels")
     atomic_write_text(marker, names)
     return site
 
@@ -266,9 +270,7 @@ def prepare(
         str(download),
         *(f"{name}=={version}" for name, version in sorted(missing.items())),
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"pip download failed ({done.returncode}): {done.stderr[-2000:]}")
+    _pip(command, "pip download")
     wheels = sorted(download.glob("*.whl"))
     sums = "".join(f"{sha256_file(w)}  {w.name}\n" for w in wheels)
     pieces: list[tuple[Path, int]] = []

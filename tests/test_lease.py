@@ -73,7 +73,7 @@ def test_a_run_started_in_one_call_is_picked_up_by_the_next_and_its_weights_stay
     assert json.loads(records["r1/sft/stage.json"]) == {"duration_s": 1.0}
     assert not any("model" in name or name.endswith(".bin") for name in records)  # weights never leave
     assert first["records"]["files"] == len(records) == 2 and first["records"]["left_out"] == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")) == [
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         lease.STATUS,
         lease.RECORDS,
         "run.log",
@@ -107,10 +107,10 @@ def test_records_over_the_limit_leave_out_the_largest_and_say_which(tmp_path):
     (run / "evaluate" / "eval.json").write_text("{}")
     out = tmp_path / "out"
     out.mkdir()
-    summary = lease.bundle(run, out, limit=50_000)
+    summary = lease.bundle(run, out, tmp_path, limit=50_000)
     assert summary["left_out"] == ["evaluate/episodes.jsonl"] and summary["files"] == 1
     assert summary["bytes"] <= 50_000
-    assert lease.bundle(run, out, limit=50_000) == summary  # nothing changed: the archive is not rewritten
+    assert lease.bundle(run, out, tmp_path, limit=50_000) == summary  # nothing changed: the archive is not rewritten
 
 
 def test_a_failed_run_returns_its_exit_code(tmp_path):

@@ -370,19 +370,20 @@ def _is_weight(relative: Path) -> bool:
     )
 
 
-def bundle(run_dir: Path, out: Path, limit: int = RECORDS_BYTES) -> dict:
+def bundle(run_dir: Path, out: Path, notes: Path, limit: int = RECORDS_BYTES) -> dict:
     """The run folder's records, weights left out, as one gzipped tar in out (written atomically, and only when a
-    record changed since the last one). When the archive would pass `limit`, the largest records are left out
-    until it fits. Returns {"files": how many are in it, "left_out": [the records left out], "bytes": its size}."""
+    record changed since the last one, which `notes` remembers). When the archive would pass `limit`, the largest
+    records are left out until it fits. Returns {"files": how many are in it, "left_out": [the records left out],
+    "bytes": its size}."""
     import tarfile
 
     files = [] if not run_dir.is_dir() else sorted(p for p in run_dir.rglob("*") if p.is_file())
     records = [(p, p.relative_to(run_dir), p.stat()) for p in files if not _is_weight(p.relative_to(run_dir))]
     signature = json.dumps([[str(r), st.st_size, st.st_mtime_ns] for _, r, st in records])
-    stamp = out / f".{RECORDS}.signature"
+    stamp = notes / f"{RECORDS}.signature"
     target = out / RECORDS
     if target.exists() and stamp.exists() and stamp.read_text() == signature:
-        return json.loads((out / f".{RECORDS}.summary").read_text())
+        return json.loads((notes / f"{RECORDS}.summary").read_text())
     left_out: list[str] = []
     kept = sorted(records, key=lambda r: r[2].st_size)
     while True:
@@ -398,7 +399,7 @@ def bundle(run_dir: Path, out: Path, limit: int = RECORDS_BYTES) -> dict:
         left_out.append(str(kept.pop()[1]))
     os.replace(tmp, target)
     summary = {"files": len(kept), "left_out": left_out, "bytes": target.stat().st_size}
-    atomic_write_text(out / f".{RECORDS}.summary", json.dumps(summary))
+    atomic_write_text(notes / f"{RECORDS}.summary", json.dumps(summary))
     atomic_write_text(stamp, signature)
     return summary
 
@@ -421,7 +422,7 @@ def stages_done(run_dir: Path) -> list[str]:
 def report(home: Path, run_id: str, out: Path, note: str = "") -> dict:
     """Write the call's three files into out: the status, the console log's tail and the records' archive."""
     run_dir = home / "repo" / "outputs" / run_id
-    records = bundle(run_dir, out)
+    records = bundle(run_dir, out, home)
     status = state(home)
     started = float((home / "started").read_text()) if (home / "started").exists() else None
     status.update(

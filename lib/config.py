@@ -147,6 +147,11 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "temperature 3 with top_k 2 gave +0.003 [0.000, +0.008]: docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but "
         "nothing beats the teacher yet'",
     ),
+    "grpo.target_kl": (
+        0.1,
+        "soft_target's bound at 0.5 lost -0.034 [-0.057, -0.011] against 0.1 and fell from step 20: docs/RESULTS.md, "
+        "'Soft targets bounded by a KL'; the bound is lib/training/rollout.py's TARGET_KL",
+    ),
     "grpo.max_grad_norm": (
         1.0,
         "clipping at 0.2 kept the same checkpoints on both seeds: docs/RESULTS.md, '(...) gradient clipping "

@@ -200,17 +200,10 @@ class GRPOStageConfig(Strict):
         "policy (the reward: that episode's return); every_candidate: as step, but a group is the state's offered "
         "candidates themselves, not draws from the policy (lib/training/rollout.py); soft_target: the same groups, "
         "each candidate's reward replaced by how far a target moves its probability, the target being the policy "
-        "tilted toward the higher returns as far as `target_kl` allows (lib/training/rollout.py: soft_targets); "
+        "tilted toward the higher returns within a KL of 0.1 nats (lib/training/rollout.py: soft_targets); "
         "multi_turn: each sample is a "
         "whole episode the policy plays, in process (or against `env_url`), acting at every turn, its return the "
         "reward (lib/training/multiturn.py)",
-    )
-    target_kl: float = Field(
-        0.1,
-        gt=0,
-        description="soft_target: the KL divergence (nats) from the policy to each state's target, the size of one "
-        "step's move: q(a) proportional to pi(a) exp(A(a) / eta), eta chosen so that KL(q || pi) is this, or as far "
-        "toward the best returns as the candidates allow",
     )
     env_url: str | None = Field(
         None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.bench import lease
+from lib.bench import lease, lease_wheels
 
 FAKE_RUN = """
 import json, pathlib, sys, time
@@ -167,10 +167,10 @@ def test_a_split_wheel_is_joined_once_all_its_parts_have_come(tmp_path):
     (call1 / "small-1.0-py3-none-any.whl").write_bytes(b"small")
     (call2 / "big-1.0-py3-none-any.whl.part-01").write_bytes(wheel[10_000:])
 
-    whole, missing = lease.gather_wheels(call1, store)
+    whole, missing = lease_wheels.gather_wheels(call1, store)
     assert [w.name for w in whole] == ["small-1.0-py3-none-any.whl"]
     assert missing == ["big-1.0-py3-none-any.whl"]
-    whole, missing = lease.gather_wheels(call2, store)
+    whole, missing = lease_wheels.gather_wheels(call2, store)
     assert missing == [] and sorted(w.name for w in whole) == ["big-1.0-py3-none-any.whl", "small-1.0-py3-none-any.whl"]
     assert (store / "big-1.0-py3-none-any.whl").read_bytes() == wheel
 
@@ -180,7 +180,7 @@ def test_a_damaged_wheel_is_missing_not_installed(tmp_path):
     carried.mkdir()
     (carried / "SHA256SUMS").write_text(_sums(**{"a-1.0-py3-none-any.whl": b"good"}))
     (carried / "a-1.0-py3-none-any.whl").write_bytes(b"bad!")
-    assert lease.gather_wheels(carried, tmp_path / "store") == ([], ["a-1.0-py3-none-any.whl"])
+    assert lease_wheels.gather_wheels(carried, tmp_path / "store") == ([], ["a-1.0-py3-none-any.whl"])
 
 
 def test_waiting_for_wheels_starts_nothing(tmp_path):
@@ -195,35 +195,35 @@ def test_waiting_for_wheels_starts_nothing(tmp_path):
 
 def test_bad_sums_and_no_sums_are_errors(tmp_path):
     with pytest.raises(ValueError, match="line 1"):
-        lease.read_sums("not a sum line\n")
+        lease_wheels.read_sums("not a sum line\n")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="SHA256SUMS"):
-        lease.gather_wheels(empty, tmp_path / "store")
+        lease_wheels.gather_wheels(empty, tmp_path / "store")
 
 
 def test_a_broken_wheel_fails_the_install_loudly(tmp_path):
     broken = tmp_path / "broken-1.0-py3-none-any.whl"
     broken.write_bytes(b"not a zip")
     with pytest.raises(RuntimeError, match="pip install of the carried wheels failed"):
-        lease.install_wheels([broken], tmp_path)
+        lease_wheels.install_wheels([broken], tmp_path)
     assert not (tmp_path / ".installed").exists()
 
 
 def test_files_are_binned_under_one_calls_limit():
-    calls = lease.bin_files([("a", 40), ("b", 30), ("c", 20), ("d", 10)], limit=50)
+    calls = lease_wheels.bin_files([("a", 40), ("b", 30), ("c", 20), ("d", 10)], limit=50)
     assert sorted(sorted(c) for c in calls) == [["a", "d"], ["b", "c"]]
     with pytest.raises(ValueError, match="split it first"):
-        lease.bin_files([("huge", 51)], limit=50)
+        lease_wheels.bin_files([("huge", 51)], limit=50)
 
 
 def test_the_device_list_and_the_closure_name_what_to_carry():
-    device = lease.device_versions(Path(__file__).parents[1] / "bench" / "device_pip_list_h100.txt")
+    device = lease_wheels.device_versions(Path(__file__).parents[1] / "bench" / "device_pip_list_h100.txt")
     assert device["accelerate"] == "1.15.0" and "trl" not in device
-    closure = lease.requirement_closure(["pydantic"])
+    closure = lease_wheels.requirement_closure(["pydantic"])
     assert {"pydantic", "pydantic-core", "typing-extensions"} <= set(closure)
     with pytest.raises(RuntimeError, match="not installed here"):
-        lease.requirement_closure(["surely-not-a-distribution-xyz"])
+        lease_wheels.requirement_closure(["surely-not-a-distribution-xyz"])
 
 
 def test_stop_ends_a_running_run(tmp_path):
@@ -278,5 +278,7 @@ def test_carried_wheels_are_installed_once_and_the_run_imports_them(tmp_path):
     site = tmp_path / "home" / "wheels" / "site"
     assert (site / "leasetoy.py").exists()
     (site / "leasetoy.py").unlink()  # a second call does not install again: the marker remembers the set
-    assert lease.install_wheels([tmp_path / "home" / "wheels" / wheel.name], tmp_path / "home" / "wheels") == site
+    assert (
+        lease_wheels.install_wheels([tmp_path / "home" / "wheels" / wheel.name], tmp_path / "home" / "wheels") == site
+    )
     assert not (site / "leasetoy.py").exists()

@@ -564,8 +564,8 @@ def test_a_soft_target_is_the_policy_tilted_toward_the_better_returns_within_its
 def test_soft_target_mode_trains_on_moves_and_reports_the_returns(trained, tmp_path):
     with pytest.raises(ConfigError, match="soft_target acts through the candidate policy"):
         load_config("cpu-smoke", {"grpo.mode": "soft_target", "model.action_space": "free"})
-    with pytest.raises(ConfigError, match="target_kl"):
-        load_config("cpu-smoke", {"grpo.target_kl": 0})
+    with pytest.raises(ConfigError, match="grpo.target_kl: retired, measured not to help"):
+        load_config("cpu-smoke", {"grpo.target_kl": 0.5})
     with pytest.raises(ConfigError, match="soft_target moves the policy itself"):
         load_config("cpu-smoke", {"grpo.mode": "soft_target", "grpo.temperature": 1.5})
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "soft_target"})

@@ -20,7 +20,7 @@ With `grpo.mode: soft_target` the groups are the same, and each candidate's rewa
 scored by the same function as in step mode) is replaced by how far a bounded target moves its probability
 (`soft_targets`): the target is the policy tilted toward the higher returns, q(a) proportional to
 pi(a) exp(A(a) / eta) with A the return's advantage over the policy's mean (the improvement step of MPO,
-Abdolmaleki et al. 2018), eta chosen so that KL(q || pi) is `grpo.target_kl`. A candidate's reward is
+Abdolmaleki et al. 2018), eta chosen so that KL(q || pi) is TARGET_KL (0.1 nats). A candidate's reward is
 (q(a) - pi(a)) / k(a), k(a) its appearances in the group; they sum to zero over the group, so with TRL's mean
 subtracted and no std scale the update is the gradient of the cross-entropy to q: every candidate moves, the
 unlikely better ones by as much as the bound allows and no further, and ties give no signal at all.
@@ -41,6 +41,10 @@ import torch
 
 from ..candidates import answer_ids, answers, choose, distribution, entropy, prompt_ids, score_answers
 from ..distributed import rank_key
+
+# The soft target's KL bound per state. It was a setting, `grpo.target_kl`, retired: 0.5 lost -0.034 [-0.057, -0.011]
+# against 0.1 on the tiny model (docs/RESULTS.md, 2026-11-28 night)
+TARGET_KL = 0.1
 
 
 def _prompt_key(prompt) -> str:

@@ -24,7 +24,7 @@ from datasets import Dataset
 from ..config import RunConfig
 from ..reward import make_reward_function
 from .harness import check_prompt_length
-from .rollout import candidate_rollout, soft_targets
+from .rollout import TARGET_KL, candidate_rollout, soft_targets
 
 
 def _grpo_dataset(rows: list[dict], tokenizer, max_prompt_length: int) -> Dataset:
@@ -72,23 +72,18 @@ def sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
     if config.model.action_space == "candidates":
         every = g.mode in ("every_candidate", "soft_target")  # groups of the offered candidates, not policy draws
         rollout = candidate_rollout(rows, config.spec, g.num_generations, g.temperature, config.seed, every=every)
-    if g.mode == "soft_target":
-        # the rewards are already each candidate's move toward its target, summing to zero over the group: TRL's
-        # mean subtraction leaves them as they are, and a std scale would undo the KL bound. The dapo loss (TRL's
-        # default, pinned here) sums each answer's token terms over the batch's tokens, so every candidate counts
-        # once, whatever its length; a loss normalised per answer would bend the target.
-        reward = soft_target_reward(make_reward_function(config, out / "samples.jsonl"), g.num_generations, g.target_kl)
-        return {
-            "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
-            "rollout": rollout,
-            "reward": reward,
-            "trl": {"scale_rewards": "none", "loss_type": "dapo"},
-        }
+    soft = g.mode == "soft_target"
+    # soft_target: the rewards are already each candidate's move toward its target, summing to zero over the group:
+    # TRL's mean subtraction leaves them as they are, and a std scale would undo the KL bound. The dapo loss (TRL's
+    # default, pinned here) sums each answer's token terms over the batch's tokens, so every candidate counts once,
+    # whatever its length; a loss normalised per answer would bend the target.
     return {
         "dataset": _grpo_dataset(rows, tokenizer, g.max_prompt_length),
         "rollout": rollout,
-        "reward": None,
-        "trl": {},
+        "reward": soft_target_reward(make_reward_function(config, out / "samples.jsonl"), g.num_generations, TARGET_KL)
+        if soft
+        else None,
+        "trl": {"scale_rewards": "none", "loss_type": "dapo"} if soft else {},
     }
 
 

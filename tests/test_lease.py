@@ -282,3 +282,76 @@ def test_carried_wheels_are_installed_once_and_the_run_imports_them(tmp_path):
         lease_wheels.install_wheels([tmp_path / "home" / "wheels" / wheel.name], tmp_path / "home" / "wheels") == site
     )
     assert not (site / "leasetoy.py").exists()
+
+
+def test_with_carried_wheels_the_workbook_is_installed_too_and_its_copy_comes_first(tmp_path):
+    """The device reaches no index, and the runner notebook installs the workbook unless its distribution is there
+    (an H200 run failed on that, 2026-11-28): the call installs the tree beside the wheels, and the run imports
+    the package from its copy of the tree, whose folder the stage notebooks take as the workbook's."""
+    carried = tmp_path / "call-1"
+    carried.mkdir()
+    wheel = _toy_wheel(carried)
+    (carried / "SHA256SUMS").write_text(_sums(**{wheel.name: wheel.read_bytes()}))
+    args = _args(tmp_path, sleep=0.0, wheels=str(carried))
+    tree = Path(args.tree)
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "leasetree"\nversion = "1.2.3"\n[tool.setuptools]\npackages = ["leasetreepkg"]\n'
+    )
+    (tree / "leasetreepkg").mkdir()
+    (tree / "leasetreepkg" / "__init__.py").write_text("")
+    args.command = [
+        sys.executable,
+        "-c",
+        "import importlib.metadata, leasetreepkg; print('version', importlib.metadata.version('leasetree'), "
+        "'from', leasetreepkg.__file__)",
+    ]
+    args.run_args = []
+    import os
+
+    previous = os.getcwd()
+    os.chdir(tmp_path)  # the command runs from the copy; this keeps the test's own folder off the path
+    try:
+        assert lease.lease(args) == 0
+    finally:
+        os.chdir(previous)
+    log = (tmp_path / "out" / "run.log").read_text()
+    assert "version 1.2.3" in log
+    assert f"from {tmp_path / 'home' / 'r1' / 'repo' / 'leasetreepkg'}" in log
+    assert (tmp_path / "home" / "wheels" / "site" / "leasetree-1.2.3.dist-info").is_dir()
+
+
+def test_a_record_rewritten_while_it_is_copied_never_breaks_the_copy(tmp_path):
+    """The run rewrites its records while a call archives them (an H200 call broke on a log that shrank between
+    tarfile's look at its size and its read): every archive is whole and readable."""
+    import tarfile
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train_log.jsonl"
+    log.write_bytes(b"x" * 4_000_000)
+    out = tmp_path / "out"
+    out.mkdir()
+    stop = threading.Event()
+
+    def rewrite():  # the log grows to 4 MB, is truncated, grows again: its size moves under the reader
+        while not stop.is_set():
+            with log.open("wb") as handle:
+                for _ in range(40):
+                    handle.write(b"y" * 100_000)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        for attempt in range(40):
+            notes = tmp_path / f"notes{attempt}"
+            notes.mkdir()
+            summary = lease.bundle(run, out, notes)
+            with tarfile.open(out / lease.RECORDS) as archive:
+                member = archive.getmember("run/train_log.jsonl")
+                assert len(archive.extractfile(member).read()) == member.size
+            assert summary["files"] == 1
+    finally:
+        stop.set()
+        writer.join()

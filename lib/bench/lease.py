@@ -39,6 +39,7 @@ from ..io import atomic_write_text  # stdlib only, like this module
 from .lease_wheels import (
     CARRY_BYTES,
     MARGIN_BYTES,
+    _pip,
     _requirement_lines,
     gather_wheels,
     install_wheels,
@@ -90,7 +91,18 @@ def start(home: Path, tree: Path, command: list[str], site: Path | None = None) 
     with (home / "run.log").open("ab") as log:
         env = dict(os.environ)
         if site is not None:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+            front = [str(site)]
+            if (repo / "pyproject.toml").exists():
+                # The runner notebook installs the workbook unless its distribution is there, and the device reaches
+                # no index: install it beside the wheels. The copy itself comes first on the path, so `import lib`
+                # (and the stage notebooks' working folder, lib's parent) is the copy, not the installed one.
+                _pip(
+                    [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation"]
+                    + ["--quiet", "--target", str(site), str(repo)],
+                    "pip install of the workbook",
+                )
+                front.insert(0, str(repo))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [*front, env.get("PYTHONPATH")]))
         process = subprocess.Popen(
             ["bash", "-c", script],
             stdout=log,
@@ -125,6 +137,21 @@ def _is_weight(relative: Path) -> bool:
     )
 
 
+def _add_snapshot(archive, path: Path, arcname: str) -> None:
+    """Add the bytes `path` holds now. The run writes while the call copies: tarfile's own `add` takes the size
+    from one look and then reads, so a record rewritten shorter in between broke a call on an H200 (2026-11-28,
+    'unexpected end of data'). A file the run removed since the listing is skipped: the next copy has its successor."""
+    import io
+
+    try:
+        data = path.read_bytes()
+        info = archive.gettarinfo(str(path), arcname)
+    except FileNotFoundError:
+        return
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
+
+
 def bundle(run_dir: Path, out: Path, notes: Path, limit: int = RECORDS_BYTES) -> dict:
     """The run folder's records, weights left out, as one gzipped tar in out (written atomically, and only when a
     record changed since the last one, which `notes` remembers). When the archive would pass `limit`, the largest
@@ -145,10 +172,7 @@ def bundle(run_dir: Path, out: Path, notes: Path, limit: int = RECORDS_BYTES) ->
         tmp = out / f".{RECORDS}.tmp"
         with tarfile.open(tmp, "w:gz") as archive:
             for path, relative, _ in kept:
-                try:
-                    archive.add(path, arcname=str(Path(run_dir.name) / relative))
-                except FileNotFoundError:  # a file the run replaced between the listing and now: the next copy has it
-                    continue
+                _add_snapshot(archive, path, str(Path(run_dir.name) / relative))
         if tmp.stat().st_size <= limit or not kept:
             break
         left_out.append(str(kept.pop()[1]))

@@ -24,6 +24,15 @@ from ..models import load_model, sha256_file, weights_sha256
 LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
 
 
+def fp32(model_config):
+    """The model config the merge and its check load with: fp32 weights, whatever the run trained in. In bf16 a merged
+    weight rounds W + BA once where the adapter adds BA to a rounded W, so the two differ by bf16 rounding, not by
+    a merge error (SmolLM2 in bf16 on a CPU: logits 0.44 apart, 3 of 8 greedy texts different after a 2-step
+    GRPO); in fp32 they agree to float rounding and the check tests the merge itself. The merged folder is fp32;
+    a run loads it in its own precision."""
+    return model_config.model_copy(update={"precision": "fp32"})
+
+
 class ExportError(RuntimeError):
     """The export cannot be made or does not behave like the model it came from."""
 
@@ -154,7 +163,7 @@ def run_export(config, run) -> dict:
     base_dir, adapter_dir = grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"])
     if weights_sha256(adapter_dir) != grpo["metrics"]["adapter_sha256"]:
         raise ExportError(f"{adapter_dir} does not match the sha256 the grpo stage recorded; refusing to export it")
-    merge_adapter(base_dir, adapter_dir, target, config.model)
+    merge_adapter(base_dir, adapter_dir, target, fp32(config.model))
     manifest = {
         "source": {"base": base_dir, "adapter": str(adapter_dir), "adapter_sha256": grpo["metrics"]["adapter_sha256"]},
         **file_manifest(target),
@@ -163,7 +172,7 @@ def run_export(config, run) -> dict:
     prompts = check_prompts(config, config.export.check_prompts)
     prompts_path = out / "check_prompts.json"
     atomic_write_json(prompts_path, prompts)
-    model, tokenizer, _ = load_model(base_dir, config.model, trainable=False)
+    model, tokenizer, _ = load_model(base_dir, fp32(config.model), trainable=False)
     unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
     reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
     reloaded = _fresh_process_outputs(run.dir, target, prompts_path, out / "merged_outputs.json")
@@ -203,7 +212,7 @@ def model_outputs_worker(run_dir: Path, model_dir: Path, prompts_path: Path, out
     from ..runs import read_config
 
     config = read_config(run_dir)
-    model, tokenizer, _ = load_model(model_dir, config.model, trainable=False)
+    model, tokenizer, _ = load_model(model_dir, fp32(config.model), trainable=False)
     model.eval()
     prompts = json.loads(Path(prompts_path).read_text())
     atomic_write_json(out, model_outputs(model, tokenizer, prompts, config.grpo.max_completion_length))

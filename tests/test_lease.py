@@ -7,7 +7,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
+import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,8 +61,6 @@ def _status(tmp_path: Path) -> dict:
 
 
 def _records(tmp_path: Path) -> dict[str, bytes]:
-    import tarfile
-
     with tarfile.open(tmp_path / "out" / lease.RECORDS) as archive:
         return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
 
@@ -99,8 +100,6 @@ def test_a_call_without_start_on_a_machine_with_no_run_says_so_and_starts_nothin
 
 
 def test_records_over_the_limit_leave_out_the_largest_and_say_which(tmp_path):
-    import os
-
     run = tmp_path / "run"
     (run / "evaluate").mkdir(parents=True)
     (run / "evaluate" / "episodes.jsonl").write_bytes(os.urandom(200_000))  # incompressible
@@ -306,9 +305,6 @@ def test_with_carried_wheels_the_workbook_is_installed_too_and_its_copy_comes_fi
         "import importlib.metadata, leasetreepkg; print('version', importlib.metadata.version('leasetree'), "
         "'from', leasetreepkg.__file__)",
     ]
-    args.run_args = []
-    import os
-
     previous = os.getcwd()
     os.chdir(tmp_path)  # the command runs from the copy; this keeps the test's own folder off the path
     try:
@@ -324,9 +320,6 @@ def test_with_carried_wheels_the_workbook_is_installed_too_and_its_copy_comes_fi
 def test_a_record_rewritten_while_it_is_copied_never_breaks_the_copy(tmp_path):
     """The run rewrites its records while a call archives them (an H200 call broke on a log that shrank between
     tarfile's look at its size and its read): every archive is whole and readable."""
-    import tarfile
-    import threading
-
     run = tmp_path / "run"
     run.mkdir()
     log = run / "train_log.jsonl"

@@ -25,6 +25,7 @@ The same command runs on a CPU with `--profile cpu-smoke --start` and no `--whee
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -141,8 +142,6 @@ def _add_snapshot(archive, path: Path, arcname: str) -> None:
     """Add the bytes `path` holds now. The run writes while the call copies: tarfile's own `add` takes the size
     from one look and then reads, so a record rewritten shorter in between broke a call on an H200 (2026-11-28,
     'unexpected end of data'). A file the run removed since the listing is skipped: the next copy has its successor."""
-    import io
-
     try:
         data = path.read_bytes()
         info = archive.gettarinfo(str(path), arcname)

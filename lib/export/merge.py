@@ -25,12 +25,12 @@ LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts mu
 
 
 def fp32(model_config):
-    """The model config the merge and its check load with: fp32 weights, whatever the run trained in. In bf16 a merged
-    weight rounds W + BA once where the adapter adds BA to a rounded W, so the two differ by bf16 rounding, not by
-    a merge error (SmolLM2 in bf16 on a CPU: logits 0.44 apart, 3 of 8 greedy texts different after a 2-step
-    GRPO); in fp32 they agree to float rounding and the check tests the merge itself. The merged folder is fp32;
-    a run loads it in its own precision."""
-    return model_config.model_copy(update={"precision": "fp32"})
+    """The model config the merge and its check load with: fp32 weights, whatever the run trained in, through plain
+    transformers and PEFT (a merge needs no training kernels). In bf16 a merged weight rounds W + BA once where the
+    adapter adds BA to a rounded W, so the two differ by bf16 rounding, not by a merge error (SmolLM2 in bf16 on a
+    CPU: logits 0.44 apart, 3 of 8 greedy texts different after a 2-step GRPO); in fp32 they agree to float rounding
+    and the check tests the merge itself. The merged folder is fp32; a run loads it in its own precision."""
+    return model_config.model_copy(update={"precision": "fp32", "use_unsloth": "never"})
 
 
 class ExportError(RuntimeError):

@@ -185,6 +185,29 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     assert (run.dir / "grpo" / "samples.jsonl").exists()
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_grpo_loss_reads_each_groups_prompt_once_unless_told_not_to(trained, tmp_path, monkeypatch, shared):
+    """The trainer's loss goes through lib/training/prompt_pass.py (a group's samples share one pass over their
+    prompt), and grpo.shared_prompt_pass false leaves every row to TRL's own pass."""
+    import lib.training.samplers as samplers
+
+    answered = []
+
+    def counted(*args, **kwargs):
+        answered.append(samplers_shared(*args, **kwargs))
+        return answered[-1]
+
+    samplers_shared = samplers.shared_prompt_logps
+    monkeypatch.setattr(samplers, "shared_prompt_logps", counted)
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.shared_prompt_pass": shared})
+    record = run_grpo(config, run)
+    assert record["metrics"]["steps"] == 2
+    if shared:
+        assert answered and all(result is not None for result in answered)  # step mode's groups share a prompt
+    else:
+        assert answered == []
+
+
 def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.max_prompt_length": 64})
     with pytest.raises(PromptTooLongError, match="exceed grpo.max_prompt_length=64"):

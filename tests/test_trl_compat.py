@@ -115,6 +115,29 @@ def test_private_trl_member_grpo_prepare_inputs_still_buffers_the_split_generati
         )
 
 
+def test_private_trl_member_grpo_logps_is_still_the_loss_pass_the_prompt_pass_stands_in_for():
+    from trl import GRPOTrainer
+
+    from lib.training.prompt_pass import MULTIMODAL
+
+    name = "trl.GRPOTrainer._get_per_token_logps_and_entropies"
+    method = getattr(GRPOTrainer, "_get_per_token_logps_and_entropies", None)
+    assert callable(method), f"{name} is gone: lib/training/samplers.py overrides it"
+    parameters = list(inspect.signature(method).parameters)
+    head = ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"]
+    assert parameters[:8] == [*head, "compute_aux_loss"] and set(parameters[8:]) == set(MULTIMODAL), (
+        f"{name} now takes {parameters}; lib/training/prompt_pass.py knows {head + ['compute_aux_loss', *MULTIMODAL]}"
+    )
+    source = inspect.getsource(method)
+    for member in (
+        "fused_lm_head=True",
+        "labels[:, :-logits_to_keep] = -100",
+        "outputs.log_probs[:, -logits_to_keep:]",
+    ):
+        assert member in source, f"{name} no longer has {member!r}: lib/training/prompt_pass.py mirrors it"
+    _call_site(GRPOTrainer._compute_loss, "self._get_per_token_logps_and_entropies")
+
+
 def test_micro_batches_regrouped_by_prompt_length_keep_every_row_and_drop_only_shared_padding():
     from lib.training.samplers import by_prompt_length
 

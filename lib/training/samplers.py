@@ -1,13 +1,15 @@
 """What GRPO samples from and how its trainer samples: the mode switch (`sampler`: step mode's dataset and candidate
 rollout, or multi-turn episodes), the reward as TRL calls it (`logged_reward`), and TRL's GRPOTrainer subclassed to
-sample without gradient checkpointing and to train micro-batches grouped by prompt length (`timed_trainer_class`).
+sample without gradient checkpointing, to train micro-batches grouped by prompt length and to read each group's
+prompt once in the loss (`timed_trainer_class`).
 
 TRL is reached through its public hooks: callbacks, `reward_funcs` (whose `log_metric` argument logs the step
-timings and the candidate sampler's explore/* metrics), `rollout_func`, `TrainerState`. Two private members remain:
+timings and the candidate sampler's explore/* metrics), `rollout_func`, `TrainerState`. Three private members remain:
 `GRPOTrainer._generate`, overridden to sample without gradient checkpointing (no public hook sits between sampling
-and the loss), and `GRPOTrainer._prepare_inputs` with its `_buffered_inputs`, wrapped to regroup a step's
-micro-batches by prompt length (`by_prompt_length`); tests/test_trl_compat.py fails naming either if a TRL upgrade
-changes it.
+and the loss); `GRPOTrainer._prepare_inputs` with its `_buffered_inputs`, wrapped to regroup a step's
+micro-batches by prompt length (`by_prompt_length`); and `GRPOTrainer._get_per_token_logps_and_entropies`, in front
+of which a group's prompt is read once (lib/training/prompt_pass.py). tests/test_trl_compat.py fails naming any of
+them if a TRL upgrade changes it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from datasets import Dataset
 from ..config import RunConfig
 from ..reward import make_reward_function
 from .harness import check_prompt_length
+from .prompt_pass import can_share, shared_prompt_logps
 from .rollout import TARGET_KL, candidate_rollout, soft_targets
 
 
@@ -162,13 +165,13 @@ def by_prompt_length(micro_batches: list[dict]) -> list[dict]:
     return regrouped
 
 
-def timed_trainer_class(timings: dict):
+def timed_trainer_class(timings: dict, shared_prompt_pass: bool = True):
     from trl import GRPOTrainer
 
     class TimedGRPOTrainer(GRPOTrainer):
         """TRL's GRPOTrainer, sampling without gradient checkpointing and timing it (into `timings`, which the
-        reward function logs: `logged_reward`), and training micro-batches grouped by prompt length
-        (`by_prompt_length`)."""
+        reward function logs: `logged_reward`), training micro-batches grouped by prompt length
+        (`by_prompt_length`), and reading each group's prompt once in the loss (lib/training/prompt_pass.py)."""
 
         def _generate(self, prompts):  # private in TRL 1.15: tests/test_trl_compat.py checks it
             start = time.perf_counter()
@@ -187,6 +190,26 @@ def timed_trainer_class(timings: dict):
                 self._buffered_inputs = by_prompt_length(self._buffered_inputs)
                 inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
             return inputs
+
+        def _get_per_token_logps_and_entropies(  # private in TRL 1.15: tests/test_trl_compat.py checks it
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            compute_aux_loss=False,
+            **extra,
+        ):
+            if shared_prompt_pass and can_share(self, compute_aux_loss, extra):
+                with self.accelerator.autocast():
+                    shared = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+                if shared is not None:
+                    return (*shared, None)
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **extra
+            )
 
     return TimedGRPOTrainer
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lib.training.harness import ensure_logprob_kernel
-from lib.training.prompt_pass import can_share, prompt_groups, shared_prompt_logps
+from lib.training.prompt_pass import can_share, kept_whole, prompt_groups, shared_prompt_logps
 
 
 def _model():
@@ -134,3 +134,26 @@ def test_a_trainer_whose_parent_is_not_trls_is_left_alone():
     trainer = Child()
     trainer.args = SimpleNamespace(gradient_checkpointing=False)
     assert can_share(trainer, False, {}) is False
+
+
+def test_a_prompt_pass_that_kept_no_whole_cache_is_left_to_trl():
+    """A model whose layers drop the cache (checkpointing inside the model) would score completions without their
+    prompt; the shared pass notices and TRL's runs instead."""
+    from transformers import DynamicCache
+
+    model = _model()
+    ids, mask, keep = _batch()
+    head = model(input_ids=ids[:1, 4:10], use_cache=True, logits_to_keep=1)
+    assert kept_whole(head.past_key_values, 6)
+    assert not kept_whole(head.past_key_values, 7)
+    assert not kept_whole(DynamicCache(), 6)
+    real = model.forward
+
+    def dropping(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if kwargs.get("use_cache"):
+            out.past_key_values = DynamicCache()
+        return out
+
+    model.forward = dropping
+    assert shared_prompt_logps(model, ids, mask, keep, compute_entropy=False) is None

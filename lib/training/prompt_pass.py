@@ -12,7 +12,9 @@ only the positions the RoPE sees shift by the left padding, and a rotary positio
 
 It steps aside (returns None, and TRL's own pass runs) where it cannot help or is not known to be equal: a batch in
 which no two rows share a prompt (multi-turn rows), gradient checkpointing (which turns the cache off), a multimodal
-or MoE batch, and a trainer whose method is not TRL's (Unsloth's GRPOTrainer has its own).
+or MoE batch, a trainer whose method is not TRL's (Unsloth's GRPOTrainer has its own), and a prompt pass that left
+no whole key/value cache (`kept_whole`). With LoRA dropout above 0 (the workbook's default is 0) a group shares one
+dropout mask over its prompt where TRL draws one per row: the same expectation, not the same draw.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def shared_prompt_logps(
         count = len(rows)
         head = model(input_ids=prompt[None, :-1], use_cache=True, logits_to_keep=1)
         cache = head.past_key_values
+        if not kept_whole(cache, len(prompt) - 1):
+            return None
         cache.batch_repeat_interleave(count)
         ids = torch.cat([prompt[-1:].expand(count, 1), completion_ids[rows]], dim=1)
         seen = torch.ones((count, len(prompt)), dtype=attention_mask.dtype, device=attention_mask.device)
@@ -73,6 +77,22 @@ def shared_prompt_logps(
     back = torch.empty(len(order), dtype=torch.long, device=input_ids.device)
     back[torch.tensor(order, device=input_ids.device)] = torch.arange(len(order), device=input_ids.device)
     return torch.cat(logps)[back], torch.cat(entropies)[back] if compute_entropy else None
+
+
+# Cache layers that `batch_repeat_interleave` repeats whole (a linear-attention layer's recurrent state is not).
+REPEATABLE = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
+def kept_whole(cache, length: int) -> bool:
+    """Whether the prompt pass left a key/value cache of `length` tokens that can be repeated over a group: a model
+    whose layers drop the cache (gradient checkpointing switched on inside the model while the trainer's argument
+    says off) would otherwise score each completion without its prompt, silently."""
+    layers = getattr(cache, "layers", None)
+    return (
+        bool(layers)
+        and all(type(layer).__name__ in REPEATABLE for layer in layers)
+        and (cache.get_seq_length() == length)
+    )
 
 
 def can_share(trainer, compute_aux_loss: bool, extra: dict) -> bool:

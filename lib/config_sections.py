@@ -190,11 +190,6 @@ class GRPOStageConfig(Strict):
         description="as sft.gradient_checkpointing; sampling always runs without it "
         "(lib/training/samplers.py: sampling_mode)",
     )
-    shared_prompt_pass: bool = Field(
-        True,
-        description="the loss reads each group's prompt once, not once per sample: the same log-probabilities and "
-        "gradients up to float rounding (lib/training/prompt_pass.py); false: TRL's own pass over every row",
-    )
     reference_policy: str | None = Field(
         None,
         description="who finishes episodes in the GRPO reward; unset: the environment's teacher",

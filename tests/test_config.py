@@ -153,7 +153,7 @@ NOT_LEVERS = {
     "model.tiny.max_position_embeddings", "model.lora.dropout", "model.lora.target_modules", "model.use_unsloth",
     "model.load_in_4bit", "sft.logging_steps", "sft.max_steps", "sft.check_episodes", "sft.collapse_ratio",
     "grpo.env_url", "grpo.max_turns", "grpo.blocklist", "grpo.alarm_drop", "grpo.alarm_zero_std",
-    "grpo.logging_steps", "grpo.sample_completions", "grpo.shared_prompt_pass", "eval.splits", "eval.improver_episodes",
+    "grpo.logging_steps", "grpo.sample_completions", "eval.splits", "eval.improver_episodes",
     "eval.bootstrap_resamples", "eval.veto_k", "export.push_to_hub", "export.hub_repo", "export.check_prompts",
     "export.postsave_episodes",
 }  # fmt: skip

@@ -186,9 +186,9 @@ def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_grpo_loss_reads_each_groups_prompt_once_unless_told_not_to(trained, tmp_path, monkeypatch, shared):
+def test_grpo_loss_reads_each_groups_prompt_once_unless_checkpointing(trained, tmp_path, monkeypatch, shared):
     """The trainer's loss goes through lib/training/prompt_pass.py (a group's samples share one pass over their
-    prompt), and grpo.shared_prompt_pass false leaves every row to TRL's own pass."""
+    prompt), and with gradient checkpointing every row is left to TRL's own pass."""
     import lib.training.samplers as samplers
 
     answered = []
@@ -199,7 +199,7 @@ def test_grpo_loss_reads_each_groups_prompt_once_unless_told_not_to(trained, tmp
 
     samplers_shared = samplers.shared_prompt_logps
     monkeypatch.setattr(samplers, "shared_prompt_logps", counted)
-    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.shared_prompt_pass": shared})
+    config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.gradient_checkpointing": not shared})
     record = run_grpo(config, run)
     assert record["metrics"]["steps"] == 2
     if shared:

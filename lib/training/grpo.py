@@ -185,7 +185,7 @@ def train_grpo(
     policy = {"tokenizer": tokenizer}
     reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
     timings: dict[str, float] = {}
-    trainer = timed_trainer_class(timings, config.grpo.shared_prompt_pass)(
+    trainer = timed_trainer_class(timings)(
         model=model,
         reward_funcs=logged_reward(reward, timings),
         args=args,

@@ -165,7 +165,7 @@ def by_prompt_length(micro_batches: list[dict]) -> list[dict]:
     return regrouped
 
 
-def timed_trainer_class(timings: dict, shared_prompt_pass: bool = True):
+def timed_trainer_class(timings: dict):
     from trl import GRPOTrainer
 
     class TimedGRPOTrainer(GRPOTrainer):
@@ -202,7 +202,7 @@ def timed_trainer_class(timings: dict, shared_prompt_pass: bool = True):
             compute_aux_loss=False,
             **extra,
         ):
-            if shared_prompt_pass and can_share(self, compute_aux_loss, extra):
+            if can_share(self, compute_aux_loss, extra):
                 with self.accelerator.autocast():
                     shared = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
                 if shared is not None:

@@ -179,6 +179,12 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "the policy finishing its own episodes did worse than the teacher finishing them (-0.133 against -0.107 "
         "GRPO - SFT): docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but nothing beats the teacher yet'",
     ),
+    "grpo.shared_prompt_pass": (
+        True,
+        "an exact rewrite of TRL's loss pass, not a lever (4.2x a step, the same log-probabilities): it runs "
+        "wherever it can; grpo.gradient_checkpointing true keeps TRL's own pass. docs/RESULTS.md, '2026-11-28 "
+        "(midday)'",
+    ),
     "grpo.turn_weight": (
         "episode",
         "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "

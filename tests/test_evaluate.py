@@ -136,6 +136,20 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
     check_provenance(records, report["artifacts"])  # the written file passes its own check
 
 
+def test_the_evaluate_notebooks_tables_name_a_split_the_run_left_out(done):
+    """A run with eval.splits [holdout] has no holdout_novel table: the notebook's cell says so instead of failing."""
+    from lib.reporting.report import policy_table
+
+    config, run = done
+    report = json.loads((run.dir / "evaluate" / "eval.json").read_text())
+    table = policy_table(report, "holdout_novel")
+    assert set(table["policy"]) >= {"sft", "grpo"}
+    report["splits"] = {"holdout": report["splits"]["holdout"]}
+    left_out = policy_table(report, "holdout_novel")
+    assert left_out["policy"].tolist() == ["holdout_novel was not evaluated in this run (eval.splits: holdout)"]
+    assert set(policy_table(report, "holdout")["policy"]) >= {"sft", "grpo"}
+
+
 def test_a_planted_fallback_or_a_missing_source_fails_the_provenance_check(done):
     config, run = done
     artifacts = json.loads((run.dir / "evaluate" / "eval.json").read_text())["artifacts"]

@@ -56,6 +56,10 @@ def headline(report: dict) -> str:
 
 
 def policy_table(report: dict, split: str) -> pd.DataFrame:
+    """One row per policy on `split`; a split the run did not evaluate (`eval.splits`) is a one-line table saying so."""
+    if split not in report["splits"]:
+        evaluated = ", ".join(report["splits"]) or "none"
+        return pd.DataFrame([{"policy": f"{split} was not evaluated in this run (eval.splits: {evaluated})"}])
     rows = [
         {
             "policy": name,

@@ -177,11 +177,22 @@ def test_a_chart_of_what_the_run_chose_not_to_measure_is_left_out_with_the_reaso
         plots.draw(tmp_path, "ablations")
 
 
+def test_the_train_holdout_chart_of_a_run_that_left_out_a_split_says_so(run_dir, tmp_path):
+    """`eval.splits: [holdout]` is a valid config: the train-vs-holdout chart is left out with the reason."""
+    report = json.loads((run_dir / plots.EVAL).read_text())
+    assert plots.draw(run_dir, "train_holdout_gap", save=False).figure is not None  # both splits: drawn
+    report["splits"] = {"holdout": report["splits"]["holdout"]}
+    _write(tmp_path / plots.EVAL, report)
+    chart = plots.draw(tmp_path, "train_holdout_gap")
+    assert chart.figure is None and chart.missing == []
+    assert chart.message == "chart 'train_holdout_gap' not drawn: the run did not evaluate train (eval.splits: holdout)"
+
+
 def test_input_without_what_the_chart_needs_raises(tmp_path):
     _write(tmp_path / plots.SFT_LOG, [{"step": 8, "train_loss": 6.2}])
     with pytest.raises(ValueError, match="loss"):
         plots.draw(tmp_path, "sft_loss")
-    _write(tmp_path / plots.EVAL, {"splits": {"holdout": {}}})
+    _write(tmp_path / plots.EVAL, {"splits": {"holdout": {}, "train": {}}})
     with pytest.raises(ValueError, match="eval.json"):
         plots.draw(tmp_path, "train_holdout_gap")
     assert not (tmp_path / "charts").exists()

@@ -185,7 +185,9 @@ def test_the_train_holdout_chart_of_a_run_that_left_out_a_split_says_so(run_dir,
     _write(tmp_path / plots.EVAL, report)
     chart = plots.draw(tmp_path, "train_holdout_gap")
     assert chart.figure is None and chart.missing == []
-    assert chart.message == "chart 'train_holdout_gap' not drawn: the run did not evaluate train (eval.splits: holdout)"
+    assert chart.message == (
+        "chart 'train_holdout_gap' not drawn: train was not evaluated in this run (eval.splits: holdout)"
+    )
 
 
 def test_input_without_what_the_chart_needs_raises(tmp_path):

@@ -64,3 +64,13 @@ def _rows(run_dir: Path, relative: str, keep: Callable[[dict], bool], wanted: st
     if not rows:
         raise ValueError(f"{relative} has no {wanted}")
     return rows
+
+
+def not_evaluated(report: dict, *splits: str) -> str | None:
+    """Why a table or chart of `splits` has nothing to show: those of them the run did not evaluate (`eval.splits`)
+    named, or None when it evaluated them all."""
+    left_out = [split for split in splits if split not in report["splits"]]
+    if not left_out:
+        return None
+    evaluated = ", ".join(report["splits"]) or "none"
+    return f"{' or '.join(left_out)} was not evaluated in this run (eval.splits: {evaluated})"

@@ -31,6 +31,7 @@ from .figures import (  # noqa: F401 (the input file names are re-exported: test
     _grouped_bars,
     _read,
     _rows,
+    not_evaluated,
 )
 from .sweep import SWEEP, sweep_chart
 from .training_charts import exploration, grpo_reward, sft_loss, validation_curve
@@ -147,9 +148,8 @@ def per_seed_deltas(run_dir: Path) -> Figure:
 def train_holdout_gap(run_dir: Path) -> Figure:
     """Mean return (95% CI) of each model on train seeds against holdout seeds."""
     report = _read(run_dir, EVAL)
-    left_out = [s for s in ("train", "holdout") if s not in report["splits"]]
-    if left_out:
-        raise NothingToDraw(f"the run did not evaluate {' or '.join(left_out)} (eval.splits: {', '.join(report['splits'])})")
+    if reason := not_evaluated(report, "train", "holdout"):
+        raise NothingToDraw(reason)
     models, splits = ("untrained", "sft", "grpo"), {s: report["splits"][s]["policies"] for s in ("train", "holdout")}
     figure, (ax,) = _figure()
     _grouped_bars(

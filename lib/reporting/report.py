@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..io import atomic_write_text
 from ..runs import read_json_record
+from .figures import not_evaluated
 from .sweep import SWEEP, read_sweep, sweep_table
 
 
@@ -56,10 +57,9 @@ def headline(report: dict) -> str:
 
 
 def policy_table(report: dict, split: str) -> pd.DataFrame:
-    """One row per policy on `split`; a split the run did not evaluate (`eval.splits`) is a one-line table saying so."""
-    if split not in report["splits"]:
-        evaluated = ", ".join(report["splits"]) or "none"
-        return pd.DataFrame([{"policy": f"{split} was not evaluated in this run (eval.splits: {evaluated})"}])
+    """One row per policy on `split`; a split the run did not evaluate is a one-line table saying so."""
+    if reason := not_evaluated(report, split):
+        return pd.DataFrame([{"policy": reason}])
     rows = [
         {
             "policy": name,

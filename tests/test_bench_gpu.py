@@ -100,3 +100,40 @@ def test_the_op_table_reads_the_time_of_the_device_it_ran_on(monkeypatch):
     monkeypatch.setattr(recorders, "cuda_available", lambda: False)
     assert [row["op"] for row in recorders.top_ops(prof)] == ["add", "mm"]
     assert recorders.top_ops(prof)[0]["self_cpu_ms"] == 4.0
+
+
+def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_the_bare_loop():
+    """Warm-up steps and profiled steps are not timed; each timed step counts the real tokens its forwards fed, and
+    the first batches of the timed steps are kept (on the CPU) for the bare loop to replay."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from lib.bench.recorders import ShapeRecorder
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens, self.layers = torch.nn.Embedding(10, 2), torch.nn.ModuleList()
+
+        def forward(self, input_ids=None, attention_mask=None):
+            return self.embed_tokens(input_ids)
+
+    model = Backbone()
+    recorder = ShapeRecorder(profile_steps=(3, 4), warmup_steps=1, keep_batches=2)
+    recorder.on_train_begin(SimpleNamespace(gradient_checkpointing=False), None, None, model=model)
+    state = SimpleNamespace(global_step=0)
+    for step in range(6):
+        recorder.on_step_begin(None, state, None)
+        mask = torch.ones(2, 3, dtype=torch.long)
+        mask[1, 2] = 0  # one pad: 5 real tokens a forward
+        model(input_ids=torch.full((2, 3), step), attention_mask=mask)
+        state.global_step += 1  # as the Trainer does, before on_step_end
+        recorder.on_step_end(None, state, None)
+    recorder.on_train_end(None, None, None)
+    # steps 1, 2, 4 and 5 timed (0 warms up, 3 is profiled); two batches kept, steps 1 and 2's
+    assert [tokens for _, tokens in recorder.steady] == [5, 5, 5, 5]
+    assert [int(ids[0, 0]) for ids, _ in recorder.batches] == [1, 2]
+    steady = recorder.steady_state()
+    assert steady["steps"] == 4 and steady["tokens"] == 20 and steady["tokens_per_s"] > 0
+    assert recorder.summary()["forwards"] == 6 and recorder.ops is not None

@@ -403,6 +403,11 @@ def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
         report["sft"]["trainer_inputs"]["forwards"] >= 4 and 0 <= report["sft"]["trainer_inputs"]["padding_share"] < 1
     )
     assert report["bare_forward_backward"]["tokens_per_s"] > 0 and report["sft_stage_vs_bare_ratio"] > 0
+    # steady state: step 2 only (steps 0-1 warm up, 3-4 are profiled); the bare loop replays that step's batch
+    steady = report["sft"]["steady_state"]
+    assert steady["steps"] == 1 and steady["tokens"] > 0 and report["sft_steady_vs_bare_ratio"] > 0
+    assert report["bare_forward_backward"]["source"].startswith("the SFT trainer's own batches")
+    assert set(report["bars"]) >= {"sft_ratio_met", "eval_rate_met"}
     grpo = report["grpo"]["median_after_first"]
     assert report["grpo"]["steps"] == 2 and grpo["step_s"] >= grpo["generation_s"] > 0
     assert report["evaluation"]["episodes"] == 6 and report["evaluation"]["episodes_per_s"] > 0

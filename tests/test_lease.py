@@ -52,6 +52,7 @@ def _args(tmp_path: Path, *, sleep: float, rc: int = 0, wait: float = 30.0, whee
         start=True,
         tree=str(tree),
         run_args=[],
+        then_bench=False,
         command=[sys.executable, "fake_run.py", run_id, str(sleep), str(rc)],
     )
 
@@ -348,3 +349,31 @@ def test_a_record_rewritten_while_it_is_copied_never_breaks_the_copy(tmp_path):
     finally:
         stop.set()
         writer.join()
+
+
+@pytest.mark.parametrize(("first", "then", "rc"), [(3, 0, 3), (0, 5, 5), (0, 0, 0)])
+def test_what_runs_after_the_run_runs_whatever_the_run_returned_and_the_first_failure_is_the_exit_code(
+    tmp_path, first, then, rc
+):
+    tree, home = tmp_path / "tree", tmp_path / "home"
+    tree.mkdir()
+    after = [sys.executable, "-c", f"open('after.txt', 'w').write('ran'); raise SystemExit({then})"]
+    lease.start(home, tree, [sys.executable, "-c", f"raise SystemExit({first})"], after=after)
+    deadline = time.monotonic() + 30
+    while lease.state(home)["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lease.state(home)["rc"] == rc and (home / "repo" / "after.txt").read_text() == "ran"
+
+
+def test_then_bench_writes_the_benchmark_into_the_run_folder(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(lease, "start", lambda home, tree, command, site, after: seen.update(after=after) or 1)
+    monkeypatch.setattr(lease, "state", lambda home: {"state": "not_started", "rc": None})
+    args = _args(tmp_path, sleep=0.0, wait=0.0)
+    args.then_bench = True
+    for folder in ("home/r1", "out"):
+        (tmp_path / folder).mkdir(parents=True)
+    lease._lease(args, tmp_path / "home" / "r1", tmp_path / "out")
+    after = seen["after"]
+    assert after[1:6] == ["-m", "lib", "bench-gpu", "--profile", "cpu-smoke"]
+    assert after[-2:] == ["--out", f"outputs/r1/{lease.BENCH}"]

@@ -1,8 +1,9 @@
 """`python -m lib bench-gpu --profile gpu-smollm2 --out bench/bench_gpu_<gpu>.json`: where a profile's time goes.
 
 One process, one throw-away run folder, the real stages:
-- SFT: the real stage (`sft.max_steps` steps), its tokens/s next to a bare forward+backward of the same model on
-  the same batches (the ratio says how much of the hardware the stage uses), the shapes the trainer actually fed
+- SFT: the real stage (`sft.max_steps` steps), its tokens/s (whole, and in its steady state: the steps after the
+  warm-up and outside the profiled ones) next to a bare forward+backward of the same model on the trainer's own
+  batches, replayed (the ratio says how much of the hardware the stage uses), the shapes the trainer actually fed
   the model (rows, padded length, padding share), and a torch.profiler table of two of its steps;
 - GRPO: the real stage (`grpo.max_steps` steps), seconds per step split into generation, reward and the rest;
 - evaluation: closed-loop episodes per second with every live episode answered by one generate call;
@@ -10,8 +11,8 @@ One process, one throw-away run folder, the real stages:
   on CUDA), and the backend, dtype, device and package versions.
 With `--random-model qwen2.5-0.5b` the stages train a random-weight model of that shape built here without the hub
 (lib/bench/random_model.py); with `--modes auto,never` each `model.use_unsloth` mode runs in a fresh process of its
-own (lib/bench/gpu_modes.py). It runs on a CPU too (the tests do, on the tiny model); its bars are for an H100. The
-JSON holds no machine paths.
+own (lib/bench/gpu_modes.py). It runs on a CPU too (the tests do, on the tiny model); its bars are the issue's, for
+one lent GPU. The JSON holds no machine paths.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ PACKAGES = (
     "xformers",
     "gguf",
 )
-# The issue's bars, for an H100 with the gpu-smollm2 profile.
-BARS = {"sft_stage_vs_bare_ratio_min": 0.30, "grpo_step_s_max": 0.7, "eval_episodes_per_s_min": 20.0}
+# The issue's bars, for one lent GPU (H100 or H200) with the gpu-smollm2 profile: the SFT trainer's steady state at
+# half or more of the bare forward+backward of the same batches, and closed-loop evaluation at 20 episodes/s or more.
+BARS = {"sft_steady_vs_bare_ratio_min": 0.5, "eval_episodes_per_s_min": 20.0}
 
 
 def _reset_peak() -> None:
@@ -72,30 +74,42 @@ def _peaks() -> dict:
     return peaks
 
 
-def bare_forward_backward(config, base: str, rows: list[dict], batches: int, warmup: int = 2) -> dict:
-    """The same model, dtype and batches as the SFT stage (rows in corpus order, sft.batch_size per batch, padded
-    to the longest), with nothing but forward, loss and backward: the ceiling the stage is compared with."""
+def bare_forward_backward(
+    config, base: str, rows: list[dict] | None, batches: int, warmup: int = 2, recorded: list | None = None
+) -> dict:
+    """The same model and dtype as the SFT stage with nothing but forward, loss and backward: the ceiling the stage
+    is compared with. `recorded` (the (input ids, attention mask) batches the SFT trainer fed the model, from
+    ShapeRecorder) replays the trainer's own batches, its first batch `warmup` times untimed first; without it, `rows`
+    in corpus order, sft.batch_size per batch, padded to the longest (the first `warmup` batches untimed)."""
     model, tokenizer, _ = load_model(base, config.model)
     device = "cuda" if cuda_available() else "cpu"
     model.to(device).train()
-    tokenizer.padding_side = "right"
-    texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in rows]
-    size = config.sft.batch_size
-    chunks = [texts[i : i + size] for i in range(0, len(texts), size)][: warmup + batches]
-    if len(chunks) <= warmup:
-        raise ValueError(
-            f"bare forward+backward needs more than {warmup} batches of {size} SFT rows; got {len(rows)} rows"
-        )
+    if recorded:
+        encoded_batches = [{"input_ids": ids, "attention_mask": mask} for ids, mask in recorded[:batches]]
+        encoded_batches = encoded_batches[:1] * warmup + encoded_batches
+    else:
+        tokenizer.padding_side = "right"
+        texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in rows or []]
+        size = config.sft.batch_size
+        chunks = [texts[i : i + size] for i in range(0, len(texts), size)][: warmup + batches]
+        if len(chunks) <= warmup:
+            raise ValueError(
+                f"bare forward+backward needs more than {warmup} batches of {size} SFT rows; got {len(texts)} rows"
+            )
+        encoded_batches = [
+            tokenizer(
+                chunk,
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+                truncation=True,
+                max_length=config.sft.max_length,
+            )
+            for chunk in chunks
+        ]
     tokens, elapsed = 0, 0.0
-    for i, chunk in enumerate(chunks):
-        encoded = tokenizer(
-            chunk,
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,
-            truncation=True,
-            max_length=config.sft.max_length,
-        ).to(device)
+    for i, encoded in enumerate(encoded_batches):
+        encoded = {key: value.to(device) for key, value in encoded.items()}
         labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
         sync()
         began = time.perf_counter()
@@ -106,12 +120,13 @@ def bare_forward_backward(config, base: str, rows: list[dict], batches: int, war
             elapsed += time.perf_counter() - began
             tokens += int(encoded["attention_mask"].sum())
     with profiler() as prof:
-        encoded = tokenizer(chunks[-1], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        encoded = {key: value.to(device) for key, value in encoded_batches[-1].items()}
         model(**encoded, labels=encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)).loss.backward()
         sync()
     del model
     return {
-        "batches": len(chunks) - warmup,
+        "batches": len(encoded_batches) - warmup,
+        "source": "the SFT trainer's own batches, replayed" if recorded else "corpus rows in order",
         "tokens": tokens,
         "seconds": round(elapsed, 4),
         "tokens_per_s": round(tokens / elapsed, 1),
@@ -216,9 +231,13 @@ def _phases(config, run: Run, eval_episodes: int, bare_batches: int) -> dict:
     shapes, sft_model, grpo_model = ShapeRecorder(), ModelRecorder(), ModelRecorder()
     sft = run_sft(config, run, extra_callbacks=[shapes, sft_model])
     peaks = {"sft": _peaks()}
-    rows = read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"], missing_ok=False)
+    if not shapes.batches:
+        raise RuntimeError(
+            f"the SFT stage fed no batch after its {shapes.warmup_steps} warm-up and profiled steps: give it more "
+            "steps (--sft-steps)"
+        )
     _reset_peak()
-    bare = bare_forward_backward(config, sft["inputs"]["base"], rows, bare_batches)
+    bare = bare_forward_backward(config, sft["inputs"]["base"], None, bare_batches, recorded=shapes.batches)
     peaks["bare_forward_backward"] = _peaks()
     _reset_peak()
     # the policy's GRPO only (the stage would add grpo_no_sft with that ablation)
@@ -284,6 +303,8 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
         phases["evaluation"],
     )
     ratio = sft_metrics["tokens_per_s"] / bare["tokens_per_s"] if sft_metrics["tokens_per_s"] else None
+    steady = phases["shapes"].steady_state()
+    steady_ratio = steady["tokens_per_s"] / bare["tokens_per_s"] if steady["tokens_per_s"] else None
     peaks = phases["peaks"]
     return {
         "profile": profile,
@@ -306,10 +327,14 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
             "loss_first": sft_metrics["loss_first"],
             "loss_last": sft_metrics["loss_last"],
             "trainer_inputs": phases["shapes"].summary(),
+            "steady_state": steady,
             "top_ops_two_steps": phases["shapes"].ops,
         },
         "bare_forward_backward": bare,
+        # the whole stage's tokens/s (its first steps' warm-up and the two profiled steps included) against the bare
+        # loop, and the trainer's steady state (neither) against the same batches
         "sft_stage_vs_bare_ratio": round(ratio, 4) if ratio else None,
+        "sft_steady_vs_bare_ratio": round(steady_ratio, 4) if steady_ratio else None,
         "grpo": {
             "num_generations": config.grpo.num_generations,
             "batch_size": config.grpo.batch_size,
@@ -328,10 +353,9 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
             if cuda_available()
             else {}
         ),
-        "bars_h100": {
+        "bars": {
             **BARS,
-            "sft_ratio_met": bool(ratio and ratio >= BARS["sft_stage_vs_bare_ratio_min"]),
-            "grpo_step_met": grpo_timing["median_after_first"]["step_s"] <= BARS["grpo_step_s_max"],
+            "sft_ratio_met": bool(steady_ratio and steady_ratio >= BARS["sft_steady_vs_bare_ratio_min"]),
             "eval_rate_met": evaluation["episodes_per_s"] >= BARS["eval_episodes_per_s_min"],
         },
     }
@@ -343,7 +367,9 @@ def summary_line(report: dict) -> str:
     return (
         f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
         f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
-        f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s); GRPO {grpo['step_s']:.2f} s/step "
+        f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s), steady state "
+        f"{sft['steady_state']['tokens_per_s']:.0f} tok/s = {report['sft_steady_vs_bare_ratio']:.1%}; "
+        f"GRPO {grpo['step_s']:.2f} s/step "
         f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
         f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s"
     )

@@ -54,6 +54,7 @@ WEIGHT_DIRS = {"model", "base_model", "adapter", "adapter_best", "trainer", "mer
 # what the copy of the working tree leaves behind
 TREE_IGNORE = (".git", ".venv", "outputs", ".wheels", "__pycache__", ".pytest_cache", "lease-out")
 STATUS = "lease_status.json"
+BENCH = "bench_gpu.json"  # with --then-bench: `python -m lib bench-gpu` after the run, into the run folder
 RECORDS = "records.tar.gz"
 # $OUT brings back at most 8 files of 16 MiB, 2 folders deep: a call writes three files at its top (the status, the
 # console log's tail and one archive of the run's records), the archive kept under this size by leaving out the
@@ -76,17 +77,21 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-def start(home: Path, tree: Path, command: list[str], site: Path | None = None) -> int:
-    """Copy the working tree to home/repo and start `command` there, detached (its own session), writing its exit
-    code to home/rc when it ends, with `site` (the carried wheels) first on its PYTHONPATH. Returns its pid (also in
-    home/pid)."""
+def start(
+    home: Path, tree: Path, command: list[str], site: Path | None = None, after: list[str] | None = None
+) -> int:
+    """Copy the working tree to home/repo and start `command` there, detached (its own session), then `after` (if
+    given) whatever `command` returned, writing the exit code to home/rc when they end (the first that failed, else
+    0), with `site` (the carried wheels) first on its PYTHONPATH. Returns its pid (also in home/pid)."""
     repo = home / "repo"
     if repo.exists():
         shutil.rmtree(repo)
     shutil.copytree(tree, repo, ignore=shutil.ignore_patterns(*TREE_IGNORE), symlinks=True)
     quoted = " ".join(shlex.quote(part) for part in command)
+    then = " ".join(shlex.quote(part) for part in after) if after else "true"
     script = (
-        f"cd {shlex.quote(str(repo))} && {quoted}; echo $? > {shlex.quote(str(home / 'rc.tmp'))}; "
+        f"cd {shlex.quote(str(repo))} && {{ {quoted}; rc=$?; {then}; next=$?; [ $rc -ne 0 ] || rc=$next; }}; "
+        f"echo $rc > {shlex.quote(str(home / 'rc.tmp'))}; "
         f"mv {shlex.quote(str(home / 'rc.tmp'))} {shlex.quote(str(home / 'rc'))}"
     )
     with (home / "run.log").open("ab") as log:
@@ -261,7 +266,11 @@ def _lease(args, home: Path, out: Path) -> int:
             args.run_id,
             *args.run_args,
         ]
-        pid = start(home, Path(args.tree), command, site)
+        after = None
+        if args.then_bench:  # the benchmark's JSON lands in the run folder, so the records' archive brings it back
+            after = [sys.executable, "-m", "lib", "bench-gpu", "--profile", args.profile]
+            after += ["--out", f"outputs/{args.run_id}/{BENCH}"]
+        pid = start(home, Path(args.tree), command, site, after)
         print(f"lease: started {args.run_id} (pid {pid}) from {home / 'repo'}")
     while state(home)["state"] == "running" and time.monotonic() < deadline:
         time.sleep(min(args.every, max(0.0, deadline - time.monotonic())))
@@ -297,6 +306,11 @@ def main(argv=None) -> int:
         "--start",
         action="store_true",
         help="start the run once the wheels are whole; without it a call only watches a run already started",
+    )
+    run.add_argument(
+        "--then-bench",
+        action="store_true",
+        help=f"after the run (whatever it returned), `python -m lib bench-gpu --profile P` into its folder's {BENCH}",
     )
     run.add_argument("--home", default="/tmp/lease", help="where the run's copy lives across calls")
     run.add_argument("--tree", default=".", help="the working tree to copy")

@@ -10,35 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..envs import EnvSpec
-from ..episodes import Episode, Improver, Start, Step, play, policy_actor, scripted_policy
+from ..episodes import Episode, Improver, Start, play
 from ..inference import model_actor
 from ..models import is_tiny
 from ..stats import bootstrap_ci
+from .scripted import _recorder
 
 
 class ProvenanceError(RuntimeError):
     """An evaluated action has no model_source, or one that is not the artifact being evaluated (a fallback)."""
-
-
-def _recorder(actions: list[dict], source: dict):
-    """The per-step hook of evaluation: every action, with the source that produced it and its latency."""
-
-    def on_step(step: Step) -> None:
-        record = {
-            "seed": step.live.seed,
-            "split": step.live.start.split,
-            "step": step.live.steps,
-            "completion": step.text,
-            "valid": "invalid" not in step.result.info,
-            "reward": step.result.reward,
-            "model_source": source,
-            "latency_s": step.latency_s,
-            **step.live.extra,
-        }
-        actions.append(record)
-
-    return on_step
 
 
 def run_model_episodes(
@@ -82,19 +62,6 @@ def run_model_episodes(
 
 
 IMPROVER = Improver.name  # the generic policy-improvement reference every environment has (lib/episodes.py)
-
-
-def run_policy_episodes(spec: EnvSpec, name: str, seeds, split: str):
-    """A baseline, trivial or reference policy of environment `spec` (a run's `config.spec`), recorded exactly like
-    a model: every action names its source."""
-    env, actions = spec.make_env(), []
-    episodes = play(
-        lambda: env,
-        [Start(seed, split) for seed in seeds],
-        policy_actor(scripted_policy(spec, name), copies=False),
-        on_step=_recorder(actions, {"policy": name}),
-    )
-    return episodes, actions
 
 
 def returns_by_seed(episodes) -> dict[int, float]:

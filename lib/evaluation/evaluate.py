@@ -14,8 +14,6 @@ import json
 import time
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
 from ..models import is_tiny
@@ -30,11 +28,11 @@ from .closed_loop import (
     returns_by_seed,
     roles,
     run_model_episodes,
-    run_policy_episodes,
     sft_model_dir,
     split_seeds,
     summarize,
 )
+from .scripted import run_policies, run_policy_episodes
 
 MODEL_POLICIES = ("untrained", "sft", "grpo")
 
@@ -64,10 +62,12 @@ def _evaluate_split(config, loaded: dict, baseline_names: list[str], split: str,
 
     for name, entry in loaded.items():
         add(name, "model", *run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}"))
-    for name in tqdm(baseline_names, desc=f"evaluate/{split}/baselines"):
-        add(name, spec.policy_kind(name), *run_policy_episodes(spec, name, seeds, split))
     improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
-    add(role["improver"], "reference", *run_policy_episodes(spec, role["improver"], improver_seeds, split))
+    jobs = [(name, list(seeds)) for name in baseline_names] + [(role["improver"], list(improver_seeds))]
+    played = run_policies(config.env, config.env_args, jobs, split)  # across the machine's cores
+    for name in baseline_names:
+        add(name, spec.policy_kind(name), *played[name])
+    add(role["improver"], "reference", *played[role["improver"]])
     entry = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns, role, resamples)}
     for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
         if {"grpo", role["teacher"], target} <= set(returns):

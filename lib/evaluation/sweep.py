@@ -95,7 +95,8 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
     from ..io import atomic_write_json
     from ..runs import Run, read_config
     from ..stats import bootstrap_ci, paired_difference
-    from .closed_loop import model_artifacts, returns_by_seed, run_model_episodes, run_policy_episodes, split_seeds
+    from .closed_loop import model_artifacts, returns_by_seed, run_model_episodes, split_seeds
+    from .scripted import run_policy_episodes
 
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, not {episodes}")

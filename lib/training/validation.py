@@ -92,7 +92,8 @@ class ValidationCallback(TrainerCallback):
     def _references(self) -> None:
         """The teacher's and the oracle's mean return on the same validation seeds (scripted, milliseconds): the
         levels the curve is drawn against (`grpo/validation_references.json`)."""
-        from ..evaluation.closed_loop import run_policy_episodes, summarize
+        from ..evaluation.closed_loop import summarize
+        from ..evaluation.scripted import run_policy_episodes
 
         spec, seeds = self.config.spec, validation_seeds(self.config.grpo.validation_episodes)
         levels = {}

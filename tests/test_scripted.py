@@ -1,0 +1,51 @@
+"""The scripted policies' episodes spread over processes: the same episodes, in seed order, as one process plays
+them."""
+
+import os
+
+from lib.config import load_config
+from lib.evaluation.closed_loop import roles
+from lib.evaluation.scripted import run_policies
+
+
+def _without_latency(actions):
+    return [{k: v for k, v in a.items() if k != "latency_s"} for a in actions]
+
+
+def test_policies_played_across_processes_match_one_process_seed_for_seed():
+    config = load_config("cpu-smoke", {})
+    improver = roles(config.spec)["improver"]
+    other = next(name for name in config.spec.reported_policies if name not in ("random", improver))
+    jobs = [("random", list(range(7))), (improver, list(range(5))), (other, [])]
+    alone = run_policies(config.env, config.env_args, jobs, "holdout", workers=1)
+    spread = run_policies(config.env, config.env_args, jobs, "holdout", workers=2)
+    assert list(spread) == list(alone) == [name for name, _ in jobs]
+    for name, seeds in jobs:
+        episodes, actions = spread[name]
+        assert [e.seed for e in episodes] == seeds  # chunks put back in seed order
+        assert [e.episode_return for e in episodes] == [e.episode_return for e in alone[name][0]]
+        assert _without_latency(actions) == _without_latency(alone[name][1])
+    assert len(spread["random"][1]) > len(jobs[0][1])  # every action recorded, not one per episode
+
+
+def test_jobs_without_seeds_need_no_worker():
+    config = load_config("cpu-smoke", {})
+    assert run_policies(config.env, config.env_args, [("random", [])], "holdout", workers=4) == {"random": ([], [])}
+
+
+def _die(*args):
+    os._exit(9)
+
+
+def test_a_worker_that_dies_leaves_the_same_episodes_played_here_with_a_warning(monkeypatch):
+    import pytest
+
+    from lib.evaluation import scripted
+
+    config = load_config("cpu-smoke", {})
+    jobs = [("random", list(range(4)))]
+    alone = run_policies(config.env, config.env_args, jobs, "holdout", workers=1)
+    monkeypatch.setattr(scripted, "_play_chunk", _die)  # what a forked worker runs
+    with pytest.warns(UserWarning, match="worker process died"):
+        again = run_policies(config.env, config.env_args, jobs, "holdout", workers=2)
+    assert [e.episode_return for e in again["random"][0]] == [e.episode_return for e in alone["random"][0]]

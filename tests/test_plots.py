@@ -33,7 +33,8 @@ def _write(path, obj) -> None:
 
 def _evaluation(resamples: int = 200):
     """eval.json and episodes.jsonl in the evaluate stage's format, from baseline policies' real episodes."""
-    from lib.evaluation.closed_loop import episode_records, run_policy_episodes, summarize
+    from lib.evaluation.closed_loop import episode_records, summarize
+    from lib.evaluation.scripted import run_policy_episodes
     from lib.stats import paired_difference
 
     report, records = {"env": "polyguard", "roles": ROLES, "splits": {}, "ablations": {}}, []

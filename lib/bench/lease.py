@@ -77,9 +77,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-def start(
-    home: Path, tree: Path, command: list[str], site: Path | None = None, after: list[str] | None = None
-) -> int:
+def start(home: Path, tree: Path, command: list[str], site: Path | None = None, after: list[str] | None = None) -> int:
     """Copy the working tree to home/repo and start `command` there, detached (its own session), then `after` (if
     given) whatever `command` returned, writing the exit code to home/rc when they end (the first that failed, else
     0), with `site` (the carried wheels) first on its PYTHONPATH. Returns its pid (also in home/pid)."""

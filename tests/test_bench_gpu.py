@@ -136,4 +136,39 @@ def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_th
     assert [int(ids[0, 0]) for ids, _ in recorder.batches] == [1, 2]
     steady = recorder.steady_state()
     assert steady["steps"] == 4 and steady["tokens"] == 20 and steady["tokens_per_s"] > 0
-    assert recorder.summary()["forwards"] == 6 and recorder.ops is not None
+    assert steady["matched_steps"] == 2 and steady["matched_tokens"] == 10  # the steps whose batches were kept
+    assert recorder.summary()["forwards"] == 6 and recorder.summary()["padding_share"] == round(1 / 6, 4)
+    assert recorder.ops  # step 3's profiler table
+
+
+def test_with_several_forwards_a_step_only_steps_whose_every_batch_was_kept_are_matched():
+    from types import SimpleNamespace
+
+    import torch
+
+    from lib.bench.recorders import ShapeRecorder
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens, self.layers = torch.nn.Embedding(10, 2), torch.nn.ModuleList()
+
+        def forward(self, input_ids=None, attention_mask=None):
+            return self.embed_tokens(input_ids)
+
+    model = Backbone()
+    recorder = ShapeRecorder(profile_steps=(9, 9), warmup_steps=1, keep_batches=3)
+    recorder.on_train_begin(SimpleNamespace(gradient_checkpointing=False), None, None, model=model)
+    state = SimpleNamespace(global_step=0)
+    for step in range(3):
+        recorder.on_step_begin(None, state, None)
+        for micro in range(2):  # gradient accumulation: two forwards a step
+            model(input_ids=torch.full((1, 4), 2 * step + micro), attention_mask=torch.ones(1, 4, dtype=torch.long))
+        state.global_step += 1
+        recorder.on_step_end(None, state, None)
+    recorder.on_train_end(None, None, None)
+    # forwards 2-3 (step 1) and 4 (half of step 2) were kept: only step 1 is matched, its two batches replayed
+    assert [int(ids[0, 0]) for ids, _ in recorder.batches] == [2, 3]
+    steady = recorder.steady_state()
+    assert steady["steps"] == 2 and steady["tokens"] == 16 and steady["matched_steps"] == 1
+    assert steady["matched_tokens"] == 8

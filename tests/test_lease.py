@@ -351,7 +351,7 @@ def test_a_record_rewritten_while_it_is_copied_never_breaks_the_copy(tmp_path):
         writer.join()
 
 
-@pytest.mark.parametrize(("first", "then", "rc"), [(3, 0, 3), (0, 5, 5), (0, 0, 0)])
+@pytest.mark.parametrize(("first", "then", "rc"), [(3, 0, 3), (0, 5, 5), (3, 5, 3), (0, 0, 0)])
 def test_what_runs_after_the_run_runs_whatever_the_run_returned_and_the_first_failure_is_the_exit_code(
     tmp_path, first, then, rc
 ):
@@ -370,10 +370,14 @@ def test_then_bench_writes_the_benchmark_into_the_run_folder(tmp_path, monkeypat
     monkeypatch.setattr(lease, "start", lambda home, tree, command, site, after: seen.update(after=after) or 1)
     monkeypatch.setattr(lease, "state", lambda home: {"state": "not_started", "rc": None})
     args = _args(tmp_path, sleep=0.0, wait=0.0)
-    args.then_bench = True
+    args.run_args = ["--stages", "corpus", "sft", "--set", "seed=1", "grpo.num_generations=8", "--no-gate"]
     for folder in ("home/r1", "out"):
         (tmp_path / folder).mkdir(parents=True)
     lease._lease(args, tmp_path / "home" / "r1", tmp_path / "out")
+    assert seen["after"] is None  # no benchmark unless asked
+    args.then_bench = True
+    lease._lease(args, tmp_path / "home" / "r1", tmp_path / "out")
     after = seen["after"]
     assert after[1:6] == ["-m", "lib", "bench-gpu", "--profile", "cpu-smoke"]
-    assert after[-2:] == ["--out", f"outputs/r1/{lease.BENCH}"]
+    # the same config as the run: its --set part, nothing else of its arguments
+    assert after[6:] == ["--out", f"outputs/r1/{lease.BENCH}", "--set", "seed=1", "grpo.num_generations=8"]

@@ -28,9 +28,19 @@ def test_policies_played_across_processes_match_one_process_seed_for_seed():
     assert len(spread["random"][1]) > len(jobs[0][1])  # every action recorded, not one per episode
 
 
-def test_jobs_without_seeds_need_no_worker():
+def test_jobs_without_seeds_need_no_worker_and_a_policy_plays_once(monkeypatch):
+    import pytest
+
+    from lib.evaluation import scripted
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker process was started")
+
+    monkeypatch.setattr(scripted, "ProcessPoolExecutor", no_pool)
     config = load_config("cpu-smoke", {})
     assert run_policies(config.env, config.env_args, [("random", [])], "holdout", workers=4) == {"random": ([], [])}
+    with pytest.raises(ValueError, match="names one twice"):
+        run_policies(config.env, config.env_args, [("random", [1]), ("random", [2])], "holdout", workers=1)
 
 
 def _die(*args):

@@ -30,11 +30,11 @@ import torch
 
 from ..config import load_config
 from ..io import read_records
-from ..models import cuda_available, load_model, resolved_precision
+from ..models import cuda_available, resolved_precision
 from ..runs import Run, hardware, package_versions
 from ..training.corpus import run_corpus
 from .random_model import build_random_model
-from .recorders import ModelRecorder, ShapeRecorder, profiler, sync, top_ops
+from .recorders import ModelRecorder, ShapeRecorder, bare_forward_backward, sync
 
 PACKAGES = (
     "torch",
@@ -72,66 +72,6 @@ def _peaks() -> dict:
     if cuda_available():  # pragma: no cover - CUDA only
         peaks["reserved_mb"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
     return peaks
-
-
-def bare_forward_backward(
-    config, base: str, rows: list[dict] | None, batches: int, warmup: int = 2, recorded: list | None = None
-) -> dict:
-    """The same model and dtype as the SFT stage with nothing but forward, loss and backward: the ceiling the stage
-    is compared with. `recorded` (the (input ids, attention mask) batches the SFT trainer fed the model, from
-    ShapeRecorder) replays the trainer's own batches, its first batch `warmup` times untimed first; without it, `rows`
-    in corpus order, sft.batch_size per batch, padded to the longest (the first `warmup` batches untimed)."""
-    model, tokenizer, _ = load_model(base, config.model)
-    device = "cuda" if cuda_available() else "cpu"
-    model.to(device).train()
-    if recorded:
-        encoded_batches = [{"input_ids": ids, "attention_mask": mask} for ids, mask in recorded[:batches]]
-        encoded_batches = encoded_batches[:1] * warmup + encoded_batches
-    else:
-        tokenizer.padding_side = "right"
-        texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in rows or []]
-        size = config.sft.batch_size
-        chunks = [texts[i : i + size] for i in range(0, len(texts), size)][: warmup + batches]
-        if len(chunks) <= warmup:
-            raise ValueError(
-                f"bare forward+backward needs more than {warmup} batches of {size} SFT rows; got {len(texts)} rows"
-            )
-        encoded_batches = [
-            tokenizer(
-                chunk,
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-                truncation=True,
-                max_length=config.sft.max_length,
-            )
-            for chunk in chunks
-        ]
-    tokens, elapsed = 0, 0.0
-    for i, encoded in enumerate(encoded_batches):
-        encoded = {key: value.to(device) for key, value in encoded.items()}
-        labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
-        sync()
-        began = time.perf_counter()
-        model(**encoded, labels=labels).loss.backward()
-        model.zero_grad(set_to_none=True)
-        sync()
-        if i >= warmup:
-            elapsed += time.perf_counter() - began
-            tokens += int(encoded["attention_mask"].sum())
-    with profiler() as prof:
-        encoded = {key: value.to(device) for key, value in encoded_batches[-1].items()}
-        model(**encoded, labels=encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)).loss.backward()
-        sync()
-    del model
-    return {
-        "batches": len(encoded_batches) - warmup,
-        "source": "the SFT trainer's own batches, replayed" if recorded else "corpus rows in order",
-        "tokens": tokens,
-        "seconds": round(elapsed, 4),
-        "tokens_per_s": round(tokens / elapsed, 1),
-        "top_ops_one_batch": top_ops(prof),
-    }
 
 
 def _grpo_timings(log_path: Path) -> dict:
@@ -238,6 +178,12 @@ def _phases(config, run: Run, eval_episodes: int, bare_batches: int) -> dict:
         )
     _reset_peak()
     bare = bare_forward_backward(config, sft["inputs"]["base"], None, bare_batches, recorded=shapes.batches)
+    # the same batches on both sides: the trainer's matched steps against their replay
+    if bare["tokens"] != shapes.steady_state()["matched_tokens"]:
+        raise RuntimeError(
+            f"the bare loop replayed {bare['tokens']} tokens, the trainer's matched steps fed "
+            f"{shapes.steady_state()['matched_tokens']}: not the same batches"
+        )
     peaks["bare_forward_backward"] = _peaks()
     _reset_peak()
     # the policy's GRPO only (the stage would add grpo_no_sft with that ablation)
@@ -295,6 +241,10 @@ def run_bench(
     return _report(profile, overrides, config, corpus_s, built, phases)
 
 
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part and whole else None
+
+
 def _report(profile: str, overrides: dict | None, config, corpus_s: float, built: dict | None, phases: dict) -> dict:
     sft_metrics, bare, grpo_timing, evaluation = (
         phases["sft"]["metrics"],
@@ -302,9 +252,9 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
         phases["grpo"],
         phases["evaluation"],
     )
-    ratio = sft_metrics["tokens_per_s"] / bare["tokens_per_s"] if sft_metrics["tokens_per_s"] else None
     steady = phases["shapes"].steady_state()
-    steady_ratio = steady["tokens_per_s"] / bare["tokens_per_s"] if steady["tokens_per_s"] else None
+    ratio = _ratio(sft_metrics["tokens_per_s"], bare["tokens_per_s"])
+    steady_ratio = _ratio(steady["matched_tokens_per_s"], bare["tokens_per_s"])
     peaks = phases["peaks"]
     return {
         "profile": profile,
@@ -332,7 +282,7 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
         },
         "bare_forward_backward": bare,
         # the whole stage's tokens/s (its first steps' warm-up and the two profiled steps included) against the bare
-        # loop, and the trainer's steady state (neither) against the same batches
+        # loop, and the trainer's matched steady steps (neither) against the same batches replayed
         "sft_stage_vs_bare_ratio": round(ratio, 4) if ratio else None,
         "sft_steady_vs_bare_ratio": round(steady_ratio, 4) if steady_ratio else None,
         "grpo": {
@@ -361,14 +311,22 @@ def _report(profile: str, overrides: dict | None, config, corpus_s: float, built
     }
 
 
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 def summary_line(report: dict) -> str:
     """One line of the figures that matter: SFT's share of the bare loop, GRPO's step split, evaluation's rate."""
     sft, grpo, evaluation = report["sft"], report["grpo"]["median_after_first"], report["evaluation"]
     return (
         f"{report['device'].get('gpu', 'cpu')} {report['backend']} {report['precision']}: "
-        f"SFT {sft['tokens_per_s']:.0f} tok/s = {report['sft_stage_vs_bare_ratio']:.1%} of bare forward+backward "
-        f"({report['bare_forward_backward']['tokens_per_s']:.0f} tok/s), steady state "
-        f"{sft['steady_state']['tokens_per_s']:.0f} tok/s = {report['sft_steady_vs_bare_ratio']:.1%}; "
+        f"SFT {_rate(sft['tokens_per_s'])} tok/s = {_share(report['sft_stage_vs_bare_ratio'])} of bare "
+        f"forward+backward ({_rate(report['bare_forward_backward']['tokens_per_s'])} tok/s), steady state "
+        f"{_rate(sft['steady_state']['matched_tokens_per_s'])} tok/s = {_share(report['sft_steady_vs_bare_ratio'])}; "
         f"GRPO {grpo['step_s']:.2f} s/step "
         f"(generation {grpo['generation_s']:.2f}, reward {grpo['reward_s']:.2f}, rest {grpo['rest_s']:.2f}); "
         f"evaluation {evaluation['episodes_per_s']:.1f} episodes/s"

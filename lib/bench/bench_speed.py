@@ -11,7 +11,7 @@ episodes of one and the same SFT model (this checkout's) with each checkout's ev
 - evaluation: episodes/s and scoring tokens/s (prompt and answer tokens scored, over the wall time).
 
 Beside them, the limit of this machine for the same model: a bare PyTorch loop of forward + backward at the SFT
-batch shape (`lib.bench.bench_gpu.bare_forward_backward`), and of forward only at the evaluation's row length
+batch shape (`lib.bench.recorders.bare_forward_backward`), and of forward only at the evaluation's row length
 (last logit only, the cost of scoring), the fastest of several batch sizes, the scoring pass's own among them.
 Run it alone: two torch jobs on two cores slow each other several times.
 """
@@ -196,7 +196,7 @@ def run_bench(
     """See the module docstring. A short SFT (`sft_steps`) measures its rate, but leaves a policy whose episodes are
     not the trained policy's: the GRPO and evaluation figures are representative only after the profile's SFT."""
     from ..io import read_records
-    from .bench_gpu import bare_forward_backward
+    from .recorders import bare_forward_backward
 
     overrides = {**COMMON, "grpo.max_steps": grpo_steps, **({"sft.max_steps": sft_steps} if sft_steps else {})}
     load_config(profile, overrides)  # a bad profile fails here, before anything runs

@@ -88,7 +88,7 @@ def start(home: Path, tree: Path, command: list[str], site: Path | None = None, 
     quoted = " ".join(shlex.quote(part) for part in command)
     then = " ".join(shlex.quote(part) for part in after) if after else "true"
     script = (
-        f"cd {shlex.quote(str(repo))} && {{ {quoted}; rc=$?; {then}; next=$?; [ $rc -ne 0 ] || rc=$next; }}; "
+        f"rc=1; cd {shlex.quote(str(repo))} && {{ {quoted}; rc=$?; {then}; next=$?; [ $rc -ne 0 ] || rc=$next; }}; "
         f"echo $rc > {shlex.quote(str(home / 'rc.tmp'))}; "
         f"mv {shlex.quote(str(home / 'rc.tmp'))} {shlex.quote(str(home / 'rc'))}"
     )
@@ -267,7 +267,7 @@ def _lease(args, home: Path, out: Path) -> int:
         after = None
         if args.then_bench:  # the benchmark's JSON lands in the run folder, so the records' archive brings it back
             after = [sys.executable, "-m", "lib", "bench-gpu", "--profile", args.profile]
-            after += ["--out", f"outputs/{args.run_id}/{BENCH}"]
+            after += ["--out", f"outputs/{args.run_id}/{BENCH}", *_set_arguments(args.run_args)]
         pid = start(home, Path(args.tree), command, site, after)
         print(f"lease: started {args.run_id} (pid {pid}) from {home / 'repo'}")
     while state(home)["state"] == "running" and time.monotonic() < deadline:
@@ -280,6 +280,17 @@ def _lease(args, home: Path, out: Path) -> int:
         + ("; call again to keep watching" if status["state"] == "running" else "")
     )
     return status["rc"] if status["state"] == "failed" else 0
+
+
+def _set_arguments(run_args: list[str]) -> list[str]:
+    """The `--set k=v ...` part of the run's arguments, for the benchmark after it to measure the same config."""
+    kept, inside = [], False
+    for part in run_args:
+        if part.startswith("--"):
+            inside = part == "--set"
+        if inside:
+            kept.append(part)
+    return kept
 
 
 def stop(home: Path) -> bool:
@@ -308,7 +319,8 @@ def main(argv=None) -> int:
     run.add_argument(
         "--then-bench",
         action="store_true",
-        help=f"after the run (whatever it returned), `python -m lib bench-gpu --profile P` into its folder's {BENCH}",
+        help=f"after the run (whatever it returned), `python -m lib bench-gpu --profile P` with the run's --set, "
+        f"into its folder's {BENCH}",
     )
     run.add_argument("--home", default="/tmp/lease", help="where the run's copy lives across calls")
     run.add_argument("--tree", default=".", help="the working tree to copy")

@@ -14,7 +14,7 @@ from ..episodes import Episode, Improver, Start, play
 from ..inference import model_actor
 from ..models import is_tiny
 from ..stats import bootstrap_ci
-from .scripted import _recorder
+from .scripted import action_recorder
 
 
 class ProvenanceError(RuntimeError):
@@ -55,7 +55,7 @@ def run_model_episodes(
             veto_k=veto_k,
         ),
         batch_size=batch_size or config.eval.batch_size,
-        on_step=_recorder(actions, source),
+        on_step=action_recorder(actions, source),
         desc=desc,
     )
     return sorted(episodes, key=lambda e: e.seed), actions

@@ -169,8 +169,9 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
         summary[name] = summarize(*runs)
         returns[name] = returns_by_seed(runs[0])
     role = roles(config.spec)
-    for name in role.values():
-        runs = run_policy_episodes(config.spec, name, seeds, split)
+    jobs = [(name, list(seeds)) for name in dict.fromkeys(role.values())]  # a name in two roles plays once
+    played = run_policies(config.env, config.env_args, jobs, split)
+    for name, runs in played.items():
         summary[name] = summarize(*runs)
         returns[name] = returns_by_seed(runs[0])
     grpo = run.read_stage("grpo")["metrics"]

@@ -22,7 +22,7 @@ from ..envs import EnvSpec, get_spec
 from ..episodes import Start, Step, play, policy_actor, scripted_policy
 
 
-def _recorder(actions: list[dict], source: dict):
+def action_recorder(actions: list[dict], source: dict):
     """The per-step hook of evaluation: every action, with the source that produced it and its latency."""
 
     def on_step(step: Step) -> None:
@@ -50,7 +50,7 @@ def run_policy_episodes(spec: EnvSpec, name: str, seeds, split: str):
         lambda: env,
         [Start(seed, split) for seed in seeds],
         policy_actor(scripted_policy(spec, name), copies=False),
-        on_step=_recorder(actions, {"policy": name}),
+        on_step=action_recorder(actions, {"policy": name}),
     )
     return episodes, actions
 
@@ -77,6 +77,9 @@ def run_policies(
     improver's episodes cost a hundred times a baseline's), to forked processes, as torch's DataLoader workers
     are: they play Python environments and never touch the parent's CUDA, and a script that calls this needs no
     `if __name__ == "__main__"` guard (a spawned worker would re-run it)."""
+    names = [name for name, _ in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"each policy once: {names} names one twice")
     workers = cores() if workers is None else workers
     chunks = []
     for name, seeds in jobs:

@@ -77,6 +77,11 @@ def _sft_args(config: RunConfig, run: Run, out: Path):
     )
 
 
+def trains_adapter(config) -> bool:
+    """Whether SFT trains LoRA adapters (every model but a tiny one set to `model.sft_full_finetune`)."""
+    return not (is_tiny(config.model) and config.model.sft_full_finetune)
+
+
 def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     started = time.time()
     logprob_kernel = ensure_logprob_kernel()
@@ -93,8 +98,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
     from trl import SFTTrainer
 
-    adapter = not (is_tiny(config.model) and config.model.sft_full_finetune)
-    peft = None
+    adapter, peft = trains_adapter(config), None
     if adapter:
         model, peft = with_lora(model, config.model, backend)
     guard = FiniteLossGuard()

@@ -386,12 +386,15 @@ def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_se
     assert [e.episode_return for e in again] == [e.episode_return for e in episodes]  # deterministic
 
 
-def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
+@pytest.mark.parametrize("full_finetune", [True, False])
+def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path, full_finetune):
+    """With adapters in SFT (every pretrained profile), the bare loop trains the same adapters."""
     from lib.bench.bench_gpu import run_bench
 
+    overrides = {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))}
     report = run_bench(
         "cpu-smoke",
-        {k: v for k, v in MICRO.items() if not k.startswith(("export", "eval.ablation"))},
+        {**overrides, "model.sft_full_finetune": full_finetune},
         sft_steps=4,
         grpo_steps=2,
         eval_episodes=6,
@@ -410,6 +413,9 @@ def test_bench_gpu_measures_every_phase_and_writes_no_machine_paths(tmp_path):
     ratio = report["sft_steady_vs_bare_ratio"]
     assert ratio == round(steady["matched_tokens_per_s"] / bare["tokens_per_s"], 4) > 0
     assert report["bars"]["sft_ratio_met"] == (ratio >= report["bars"]["sft_steady_vs_bare_ratio_min"])
+    assert bare["trainable"] == ("every weight" if full_finetune else "the SFT stage's LoRA adapters")
+    sft_trained = report["trained"]["sft"]
+    assert (sft_trained["trainable_parameters"] == sum(sft_trained["parameter_dtypes"].values())) == full_finetune
     grpo = report["grpo"]["median_after_first"]
     assert report["grpo"]["steps"] == 2 and grpo["step_s"] >= grpo["generation_s"] > 0
     assert report["evaluation"]["episodes"] == 6 and report["evaluation"]["episodes_per_s"] > 0

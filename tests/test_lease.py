@@ -57,6 +57,14 @@ def _args(tmp_path: Path, *, sleep: float, rc: int = 0, wait: float = 30.0, whee
     )
 
 
+def _wait(home: Path, seconds: float) -> dict:
+    """The run's state once it stops running, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while lease.state(home)["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lease.state(home)
+
+
 def _status(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / lease.STATUS).read_text())
 
@@ -231,10 +239,7 @@ def test_stop_ends_a_running_run(tmp_path):
     lease.lease(args)
     home = tmp_path / "home" / "r1"
     assert lease.stop(home)
-    deadline = time.monotonic() + 10
-    while lease.state(home)["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert lease.state(home)["state"] != "running"
+    assert _wait(home, 10)["state"] != "running"
 
 
 def _toy_wheel(folder: Path) -> Path:
@@ -359,10 +364,7 @@ def test_what_runs_after_the_run_runs_whatever_the_run_returned_and_the_first_fa
     tree.mkdir()
     after = [sys.executable, "-c", f"open('after.txt', 'w').write('ran'); raise SystemExit({then})"]
     lease.start(home, tree, [sys.executable, "-c", f"raise SystemExit({first})"], after=after)
-    deadline = time.monotonic() + 30
-    while lease.state(home)["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lease.state(home)["rc"] == rc and (home / "repo" / "after.txt").read_text() == "ran"
+    assert _wait(home, 30)["rc"] == rc and (home / "repo" / "after.txt").read_text() == "ran"
 
 
 def test_then_bench_writes_the_benchmark_into_the_run_folder(tmp_path, monkeypatch):

@@ -102,14 +102,12 @@ def test_the_op_table_reads_the_time_of_the_device_it_ran_on(monkeypatch):
     assert recorders.top_ops(prof)[0]["self_cpu_ms"] == 4.0
 
 
-def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_the_bare_loop():
-    """Warm-up steps and profiled steps are not timed; each timed step counts the real tokens its forwards fed, and
-    the first batches of the timed steps are kept (on the CPU) for the bare loop to replay."""
+def _train(recorder, steps):
+    """Play the Trainer's callbacks around `steps` (each a list of (input ids, mask) forwards) on a backbone that
+    has what ShapeRecorder hooks into (`embed_tokens`, `layers`)."""
     from types import SimpleNamespace
 
     import torch
-
-    from lib.bench.recorders import ShapeRecorder
 
     class Backbone(torch.nn.Module):
         def __init__(self):
@@ -120,17 +118,29 @@ def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_th
             return self.embed_tokens(input_ids)
 
     model = Backbone()
-    recorder = ShapeRecorder(profile_steps=(3, 4), warmup_steps=1, keep_batches=2)
     recorder.on_train_begin(SimpleNamespace(gradient_checkpointing=False), None, None, model=model)
     state = SimpleNamespace(global_step=0)
-    for step in range(6):
+    for forwards in steps:
         recorder.on_step_begin(None, state, None)
-        mask = torch.ones(2, 3, dtype=torch.long)
-        mask[1, 2] = 0  # one pad: 5 real tokens a forward
-        model(input_ids=torch.full((2, 3), step), attention_mask=mask)
+        for ids, mask in forwards:
+            model(input_ids=ids, attention_mask=mask)
         state.global_step += 1  # as the Trainer does, before on_step_end
         recorder.on_step_end(None, state, None)
     recorder.on_train_end(None, None, None)
+    return recorder
+
+
+def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_the_bare_loop():
+    """Warm-up steps and profiled steps are not timed; each timed step counts the real tokens its forwards fed, and
+    the batches of the first timed steps are kept (on their device) for the bare loop to replay."""
+    import torch
+
+    from lib.bench.recorders import ShapeRecorder
+
+    mask = torch.ones(2, 3, dtype=torch.long)
+    mask[1, 2] = 0  # one pad: 5 real tokens a forward
+    steps = [[(torch.full((2, 3), step), mask)] for step in range(6)]
+    recorder = _train(ShapeRecorder(profile_steps=(3, 4), warmup_steps=1, keep_batches=2), steps)
     # steps 1, 2, 4 and 5 timed (0 warms up, 3 is profiled); two batches kept, steps 1 and 2's
     assert [tokens for _, tokens in recorder.steady] == [5, 5, 5, 5]
     assert [int(ids[0, 0]) for ids, _ in recorder.batches] == [1, 2]
@@ -142,31 +152,14 @@ def test_the_sft_recorder_times_only_steady_steps_and_keeps_their_batches_for_th
 
 
 def test_with_several_forwards_a_step_only_steps_whose_every_batch_was_kept_are_matched():
-    from types import SimpleNamespace
-
     import torch
 
     from lib.bench.recorders import ShapeRecorder
 
-    class Backbone(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed_tokens, self.layers = torch.nn.Embedding(10, 2), torch.nn.ModuleList()
-
-        def forward(self, input_ids=None, attention_mask=None):
-            return self.embed_tokens(input_ids)
-
-    model = Backbone()
-    recorder = ShapeRecorder(profile_steps=(9, 9), warmup_steps=1, keep_batches=3)
-    recorder.on_train_begin(SimpleNamespace(gradient_checkpointing=False), None, None, model=model)
-    state = SimpleNamespace(global_step=0)
-    for step in range(3):
-        recorder.on_step_begin(None, state, None)
-        for micro in range(2):  # gradient accumulation: two forwards a step
-            model(input_ids=torch.full((1, 4), 2 * step + micro), attention_mask=torch.ones(1, 4, dtype=torch.long))
-        state.global_step += 1
-        recorder.on_step_end(None, state, None)
-    recorder.on_train_end(None, None, None)
+    ones = torch.ones(1, 4, dtype=torch.long)
+    # gradient accumulation: two forwards a step
+    steps = [[(torch.full((1, 4), 2 * step + micro), ones) for micro in range(2)] for step in range(3)]
+    recorder = _train(ShapeRecorder(profile_steps=(9, 9), warmup_steps=1, keep_batches=3), steps)
     # forwards 2-3 (step 1) and 4 (half of step 2) were kept: only step 1 is matched, its two batches replayed
     assert [int(ids[0, 0]) for ids, _ in recorder.batches] == [2, 3]
     steady = recorder.steady_state()

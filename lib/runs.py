@@ -11,6 +11,7 @@ import platform
 import random
 import subprocess
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -173,6 +174,7 @@ class Run:
     def __init__(self, run_dir: Path | str, config: RunConfig):
         self.dir = Path(run_dir)
         self.config = config
+        self.laps: dict[str, dict[str, float]] = {}  # stage -> {part: seconds}, recorded by `stage_done`
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
         if not manifest and not is_main():
@@ -234,6 +236,17 @@ class Run:
         with (self.dir / "run_log.jsonl").open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    @contextmanager
+    def lap(self, stage: str, part: str):
+        """Time one part of a stage (added up when a part repeats); `stage_done` records the parts as `laps_s`
+        beside the stage's `duration_s`, so a stage record says where its time went."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            parts = self.laps.setdefault(stage, {})
+            parts[part] = round(parts.get(part, 0.0) + time.perf_counter() - began, 2)
+
     def read_stage(self, stage: str) -> dict:
         """The stage's record, its run-relative paths resolved against this run folder."""
         path = self.dir / stage / "stage.json"
@@ -263,6 +276,7 @@ class Run:
             "outputs": to_run_relative(outputs, self.dir),
             "metrics": metrics,
             "duration_s": round(time.time() - started, 2),
+            "laps_s": self.laps.pop(stage, {}),
             "finished": now(),
         }
         if not is_main():

@@ -259,6 +259,33 @@ def test_postsave_runs_on_the_exported_artifact(done):
     assert result["actions"] == result["actions_with_source"] > 0
 
 
+def test_each_stage_record_says_where_its_time_went(done):
+    """laps_s: the named parts of each stage, each timed once, inside the stage's own duration."""
+    _, run = done
+    expected = {
+        "sft": {"kernel check", "model load", "trainer set-up", "train", "save", "imitation check"},
+        "grpo": {"kernel check", "model load", "trainer set-up", "train", "save"},
+        "export": {"merge and save", "fingerprint", "unmerged outputs", "fresh process: merged outputs"},
+        "postsave": {"fresh process"},
+    }
+    for stage, parts in expected.items():
+        record = json.loads((run.dir / stage / "stage.json").read_text())
+        assert set(record["laps_s"]) == parts, stage
+        assert all(s >= 0 for s in record["laps_s"].values())
+        assert sum(record["laps_s"].values()) <= record["duration_s"] + 0.05 * len(parts), stage
+    evaluate = json.loads((run.dir / "evaluate" / "stage.json").read_text())["laps_s"]
+    splits = done[0].eval.splits
+    assert {f"{split}: {name}" for split in splits for name in ("untrained", "sft", "grpo", "scripted policies")} | {
+        "model load",
+        "ablations",
+        "records and anti-hacking report",
+    } == set(evaluate)
+    assert "grpo_no_sft" not in json.loads((run.dir / "grpo" / "stage.json").read_text())["laps_s"]
+    worker = json.loads((run.dir / "postsave" / "postsave_inference.json").read_text())
+    assert set(worker["laps_s"]) == {"load", "play"}
+    assert worker["batch_size"] == min(done[0].export.postsave_episodes, done[0].eval.batch_size)
+
+
 def test_postsave_fails_when_the_weights_differ_from_the_export_manifest(done, tmp_path):
     config, run = done
     target = tmp_path / "copy"

@@ -47,7 +47,7 @@ def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resample
     }
 
 
-def _evaluate_split(config, loaded: dict, baseline_names: list[str], split: str, records: list[dict]):
+def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split: str, records: list[dict]):
     """One split: every model, every baseline and the improver on the split's seeds (their episode records appended
     to `records`); returns the split's entry of eval.json and each policy's return by seed."""
     spec, resamples = config.spec, config.eval.bootstrap_resamples
@@ -61,10 +61,12 @@ def _evaluate_split(config, loaded: dict, baseline_names: list[str], split: str,
         records.extend(episode_records(name, episodes, actions))
 
     for name, entry in loaded.items():
-        add(name, "model", *run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}"))
+        with run.lap("evaluate", f"{split}: {name}"):
+            add(name, "model", *run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}"))
     improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
     jobs = [(name, list(seeds)) for name in baseline_names] + [(role["improver"], list(improver_seeds))]
-    played = run_policies(config.env, config.env_args, jobs, split)  # across the machine's cores
+    with run.lap("evaluate", f"{split}: scripted policies"):
+        played = run_policies(config.env, config.env_args, jobs, split)  # across the machine's cores
     for name in baseline_names:
         add(name, spec.policy_kind(name), *played[name])
     add(role["improver"], "reference", *played[role["improver"]])
@@ -92,13 +94,15 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     records: list[dict] = []
     splits: dict[str, dict] = {}
     returns: dict[str, dict[str, dict[int, float]]] = {split: {} for split in config.eval.splits}
-    loaded = {
-        name: load_policy_model(where["model"], config.model, where["adapter"])
-        for name, where in model_artifacts(config, run).items()
-    }
+    with run.lap("evaluate", "model load"):
+        loaded = {
+            name: load_policy_model(where["model"], config.model, where["adapter"])
+            for name, where in model_artifacts(config, run).items()
+        }
     for split in config.eval.splits:
-        splits[split], returns[split] = _evaluate_split(config, loaded, baseline_names, split, records)
-    ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
+        splits[split], returns[split] = _evaluate_split(config, run, loaded, baseline_names, split, records)
+    with run.lap("evaluate", "ablations"):
+        ablations = run_ablations(config, run, loaded, returns.get("holdout", {}), records, resamples)
     sources = {name: entry[2] for name, entry in loaded.items()}
     check_provenance(records, sources)
 
@@ -130,10 +134,11 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
         **verdict,
     }
     episodes_path = out / "episodes.jsonl"
-    atomic_write_text(episodes_path, "".join(json.dumps(r) + "\n" for r in records))
-    atomic_write_json(out / "eval.json", report)
-    anti = build_report(config, run, report)
-    atomic_write_json(out / "anti_hacking_report.json", anti)
+    with run.lap("evaluate", "records and anti-hacking report"):
+        atomic_write_text(episodes_path, "".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_json(out / "eval.json", report)
+        anti = build_report(config, run, report)
+        atomic_write_json(out / "anti_hacking_report.json", anti)
     holdout_policies = splits.get("holdout", {}).get("policies", {})
     return run.stage_done(
         "evaluate",

@@ -163,19 +163,27 @@ def run_export(config, run) -> dict:
     base_dir, adapter_dir = grpo["outputs"]["base_model"], Path(grpo["outputs"]["adapter"])
     if weights_sha256(adapter_dir) != grpo["metrics"]["adapter_sha256"]:
         raise ExportError(f"{adapter_dir} does not match the sha256 the grpo stage recorded; refusing to export it")
-    merge_adapter(base_dir, adapter_dir, target, fp32(config.model))
-    manifest = {
-        "source": {"base": base_dir, "adapter": str(adapter_dir), "adapter_sha256": grpo["metrics"]["adapter_sha256"]},
-        **file_manifest(target),
-    }
+    with run.lap("export", "merge and save"):
+        merge_adapter(base_dir, adapter_dir, target, fp32(config.model))
+    with run.lap("export", "fingerprint"):
+        manifest = {
+            "source": {
+                "base": base_dir,
+                "adapter": str(adapter_dir),
+                "adapter_sha256": grpo["metrics"]["adapter_sha256"],
+            },
+            **file_manifest(target),
+        }
 
     prompts = check_prompts(config, config.export.check_prompts)
     prompts_path = out / "check_prompts.json"
     atomic_write_json(prompts_path, prompts)
-    model, tokenizer, _ = load_model(base_dir, fp32(config.model), trainable=False)
-    unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
-    reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
-    reloaded = _fresh_process_outputs(run.dir, target, prompts_path, out / "merged_outputs.json")
+    with run.lap("export", "unmerged outputs"):
+        model, tokenizer, _ = load_model(base_dir, fp32(config.model), trainable=False)
+        unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+        reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
+    with run.lap("export", "fresh process: merged outputs"):
+        reloaded = _fresh_process_outputs(run.dir, target, prompts_path, out / "merged_outputs.json")
     agreement = compare_outputs(reference, reloaded, config.export.logit_tolerance)
     manifest["check"] = agreement
     manifest["hub"] = push_to_hub(target, config.export)

@@ -214,7 +214,11 @@ def postsave(run_dir: Path) -> Figure:
         right.bar(["p50", "p95"], [report["latency_s_p50"], report["latency_s_p95"]], width=0.5, color="tab:orange"),
         fmt="%.3f",
     )
-    right.set(title="Latency per action", xlabel="percentile", ylabel="seconds")
+    right.set(
+        title=f"Latency per action ({report.get('batch_size', 1)} episodes at a time)",
+        xlabel="percentile",
+        ylabel="seconds",
+    )
     figure.suptitle(f"Post-save inference (mean return {report['mean_return']:.3f})")
     return figure
 

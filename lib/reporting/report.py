@@ -207,8 +207,8 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         "",
         f"{postsave['episodes']} holdout episodes from `{postsave['model_source']['path']}` (sha256 "
         f"{postsave['model_source']['sha256'][:12]}): validity {postsave['validity_rate']:.3f}, mean return "
-        f"{postsave['mean_return']:.3f}, latency p50 {1000 * postsave['latency_s_p50']:.1f} ms, "
-        f"p95 {1000 * postsave['latency_s_p95']:.1f} ms.",
+        f"{postsave['mean_return']:.3f}, latency per action p50 {1000 * postsave['latency_s_p50']:.1f} ms, "
+        f"p95 {1000 * postsave['latency_s_p95']:.1f} ms (episodes played {postsave.get('batch_size', 1)} at a time).",
         "",
         "## Stage timings",
         "",

@@ -166,7 +166,8 @@ def train_grpo(
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
 
     started = time.time()
-    logprob_kernel = ensure_logprob_kernel()
+    with run.lap(stage, "kernel check"):
+        logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
     sft = run.read_stage("sft")
@@ -174,29 +175,33 @@ def train_grpo(
         verify_checkpoint(Path(resume_from))
     out = run.stage_dir(stage)
     base_model = base_model or sft["outputs"]["model"]
-    model, tokenizer, backend = load_model(base_model, config.model)
-    model, peft = with_lora(model, config.model, backend)
+    with run.lap(stage, "model load"):
+        model, tokenizer, backend = load_model(base_model, config.model)
+        model, peft = with_lora(model, config.model, backend)
     g = config.grpo
     if g.anchor == "best":  # the adapter added here, so TRL keeps the frozen copy the anchor lives in
         model, peft = with_anchor_adapter(model, peft)
-    source = sampler(config, read_records(corpus["outputs"]["grpo_prompts.jsonl"], missing_ok=False), tokenizer, out)
-    args = _grpo_args(config, run, stage, out, source["trl"])
-    guard = FiniteLossGuard()
-    policy = {"tokenizer": tokenizer}
-    reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
-    timings: dict[str, float] = {}
-    trainer = timed_trainer_class(timings)(
-        model=model,
-        reward_funcs=logged_reward(reward, timings),
-        args=args,
-        train_dataset=source["dataset"],
-        processing_class=tokenizer,
-        peft_config=peft,
-        rollout_func=source["rollout"],
-        # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
-        callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
-    )
-    policy["model"] = trainer.model
+    with run.lap(stage, "trainer set-up"):
+        source = sampler(
+            config, read_records(corpus["outputs"]["grpo_prompts.jsonl"], missing_ok=False), tokenizer, out
+        )
+        args = _grpo_args(config, run, stage, out, source["trl"])
+        guard = FiniteLossGuard()
+        policy = {"tokenizer": tokenizer}
+        reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
+        timings: dict[str, float] = {}
+        trainer = timed_trainer_class(timings)(
+            model=model,
+            reward_funcs=logged_reward(reward, timings),
+            args=args,
+            train_dataset=source["dataset"],
+            processing_class=tokenizer,
+            peft_config=peft,
+            rollout_func=source["rollout"],
+            # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
+            callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+        )
+        policy["model"] = trainer.model
     validation = None
     if g.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
         validation = ValidationCallback(config, out, tokenizer, policy)
@@ -206,11 +211,13 @@ def train_grpo(
     run.log(
         f"{stage}_start", resume_from=resume_from, prompts=len(source["dataset"]), base_model=base_model, mode=g.mode
     )
-    _train(trainer, guard, resume_from)
+    with run.lap(stage, "train"):
+        _train(trainer, guard, resume_from)
     if guard.bad_step is not None:
         _fail_non_finite(run, stage, started, g.model_dump(), out, guard.bad_step)
     adapter_dir = out / "adapter"
-    save_atomically(trainer, tokenizer, adapter_dir, merge=False)
+    with run.lap(stage, "save"):
+        save_atomically(trainer, tokenizer, adapter_dir, merge=False)
     kept = _keep_adapter(trainer, validation, out, g.keep)
     wait_for_everyone()  # the kept adapter is in place before any process hashes it
     return run.stage_done(

@@ -84,37 +84,42 @@ def trains_adapter(config) -> bool:
 
 def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     started = time.time()
-    logprob_kernel = ensure_logprob_kernel()
+    with run.lap("sft", "kernel check"):
+        logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
     rows = read_records(corpus["outputs"]["sft.jsonl"], missing_ok=False)
     out = run.stage_dir("sft")
-    base = _base_model(config, rows, out)
-    run.update_manifest(model_source=source_record(config.model.name))
-    model, tokenizer, backend = load_model(base, config.model)
-    answer_tokens = check_answer_length(
-        tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
-    )
+    with run.lap("sft", "model load"):
+        base = _base_model(config, rows, out)
+        run.update_manifest(model_source=source_record(config.model.name))
+        model, tokenizer, backend = load_model(base, config.model)
+        answer_tokens = check_answer_length(
+            tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
+        )
     # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
     from trl import SFTTrainer
 
     adapter, peft = trains_adapter(config), None
-    if adapter:
-        model, peft = with_lora(model, config.model, backend)
-    guard = FiniteLossGuard()
-    trainer = SFTTrainer(
-        model=model,
-        args=_sft_args(config, run, out),
-        train_dataset=_sft_dataset(rows),
-        processing_class=tokenizer,
-        peft_config=peft,
-        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
-    )
-    runtime = trainer.train().metrics["train_runtime"]
+    with run.lap("sft", "trainer set-up"):
+        if adapter:
+            model, peft = with_lora(model, config.model, backend)
+        guard = FiniteLossGuard()
+        trainer = SFTTrainer(
+            model=model,
+            args=_sft_args(config, run, out),
+            train_dataset=_sft_dataset(rows),
+            processing_class=tokenizer,
+            peft_config=peft,
+            callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+        )
+    with run.lap("sft", "train"):
+        runtime = trainer.train().metrics["train_runtime"]
     if guard.bad_step is not None:
         raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
     model_dir = out / "model"
-    save_atomically(trainer, tokenizer, model_dir, merge=adapter)
+    with run.lap("sft", "save"):
+        save_atomically(trainer, tokenizer, model_dir, merge=adapter)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     candidate_ce = [h["candidate_ce"] for h in trainer.state.log_history if "candidate_ce" in h]
     # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
@@ -124,8 +129,9 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     )
     imitation = None
     if config.sft.check_episodes and is_main():  # the saved model, as every later stage loads it
-        loaded = load_policy_model(model_dir, config.model)
-        imitation = imitation_check(config, loaded, config.sft.check_episodes, config.sft.collapse_ratio)
+        with run.lap("sft", "imitation check"):
+            loaded = load_policy_model(model_dir, config.model)
+            imitation = imitation_check(config, loaded, config.sft.check_episodes, config.sft.collapse_ratio)
         announce(imitation)
     return run.stage_done(
         "sft",

@@ -181,9 +181,9 @@ RETIRED: dict[str, tuple[Any, str]] = {
     ),
     "grpo.shared_prompt_pass": (
         True,
-        "an exact rewrite of TRL's loss pass, not a lever (4.2x a step, the same log-probabilities): it runs "
-        "wherever it can; grpo.gradient_checkpointing true keeps TRL's own pass. docs/RESULTS.md, '2026-11-28 "
-        "(midday)'",
+        "an exact rewrite of TRL's loss pass, not a lever (4.2x a step on a CPU, the same log-probabilities): it "
+        "runs on a CPU, not on a GPU (slower there) nor with grpo.gradient_checkpointing true. docs/RESULTS.md, "
+        "'2026-11-28 (midday)'",
     ),
     "grpo.turn_weight": (
         "episode",

@@ -200,3 +200,30 @@ def test_sft_rows_can_be_labelled_by_the_improver_as_a_diagnostic():
     assert load_config("cpu-smoke", {"corpus.sft_policy": "improver"}).corpus.sft_policy == Improver.name
     with pytest.raises(ValueError, match="corpus.sft_policy"):
         load_config("cpu-smoke", {"corpus.sft_policy": "nobody"})
+
+
+def test_grpo_states_scored_across_processes_are_the_rows_one_process_keeps():
+    """The candidates' returns go out to forked workers a batch at a time; the rows kept, their order and the
+    counts are those of one state at a time (here more workers' batches than the states needed: the surplus is
+    scored and dropped, never kept)."""
+    import random
+
+    from lib.envs.polyguard.env import PolyGuardEnv
+    from lib.training.corpus import grpo_rows
+
+    policies = ["heuristic", "random"]
+    one = grpo_rows(SPEC, PolyGuardEnv(), range(200, 212), policies, 20, "heuristic", random.Random(3), 0.5)
+    spread = grpo_rows(
+        SPEC,
+        PolyGuardEnv(),
+        range(200, 212),
+        policies,
+        20,
+        "heuristic",
+        random.Random(3),
+        0.5,
+        where=("polyguard", None),
+        workers=2,
+    )
+    assert spread == one
+    assert len(one[0]) == 20 and one[1]["states_examined"] >= 20

@@ -105,21 +105,22 @@ def test_a_batch_without_a_shared_prompt_is_left_to_trl():
 
 
 @pytest.mark.parametrize(
-    "aux, extra, checkpointing, ours",
+    "aux, extra, checkpointing, device, ours",
     [
-        (False, {}, False, True),
-        (False, {"pixel_values": None}, False, True),
-        (True, {}, False, False),
-        (False, {"pixel_values": torch.zeros(1)}, False, False),
-        (False, {}, True, False),
+        (False, {}, False, "cpu", True),
+        (False, {"pixel_values": None}, False, "cpu", True),
+        (True, {}, False, "cpu", False),
+        (False, {"pixel_values": torch.zeros(1)}, False, "cpu", False),
+        (False, {}, True, "cpu", False),
+        (False, {}, False, "cuda", False),  # on a GPU TRL's own pass was the faster (the module's docstring)
     ],
 )
-def test_the_shared_pass_stands_in_only_where_it_is_known_equal(aux, extra, checkpointing, ours):
+def test_the_shared_pass_stands_in_only_where_it_is_known_equal_and_faster(aux, extra, checkpointing, device, ours):
     from lib.training.samplers import timed_trainer_class
 
     trainer_class = timed_trainer_class({})
     trainer = trainer_class.__new__(trainer_class)
-    trainer.args = SimpleNamespace(gradient_checkpointing=checkpointing)
+    trainer.args = SimpleNamespace(gradient_checkpointing=checkpointing, device=torch.device(device))
     assert can_share(trainer, aux, extra) is ours
 
 
@@ -132,7 +133,7 @@ def test_a_trainer_whose_parent_is_not_trls_is_left_alone():
         pass
 
     trainer = Child()
-    trainer.args = SimpleNamespace(gradient_checkpointing=False)
+    trainer.args = SimpleNamespace(gradient_checkpointing=False, device=torch.device("cpu"))
     assert can_share(trainer, False, {}) is False
 
 

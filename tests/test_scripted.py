@@ -31,20 +31,27 @@ def test_policies_played_across_processes_match_one_process_seed_for_seed():
 def test_jobs_without_seeds_need_no_worker_and_a_policy_plays_once(monkeypatch):
     import pytest
 
-    from lib.evaluation import scripted
+    from lib import parallel
 
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker process was started")
 
-    monkeypatch.setattr(scripted, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", no_pool)
     config = load_config("cpu-smoke", {})
     assert run_policies(config.env, config.env_args, [("random", [])], "holdout", workers=4) == {"random": ([], [])}
     with pytest.raises(ValueError, match="names one twice"):
         run_policies(config.env, config.env_args, [("random", [1]), ("random", [2])], "holdout", workers=1)
 
 
-def _die(*args):
-    os._exit(9)
+PARENT = os.getpid()
+PLAY_CHUNK = run_policies.__globals__["_play_chunk"]
+
+
+def _die_in_a_worker(*args):
+    """What a forked worker runs: it dies there; in this process it plays its chunk."""
+    if os.getpid() != PARENT:
+        os._exit(9)
+    return PLAY_CHUNK(*args)
 
 
 def test_a_worker_that_dies_leaves_the_same_episodes_played_here_with_a_warning(monkeypatch):
@@ -55,7 +62,7 @@ def test_a_worker_that_dies_leaves_the_same_episodes_played_here_with_a_warning(
     config = load_config("cpu-smoke", {})
     jobs = [("random", list(range(4)))]
     alone = run_policies(config.env, config.env_args, jobs, "holdout", workers=1)
-    monkeypatch.setattr(scripted, "_play_chunk", _die)  # what a forked worker runs
+    monkeypatch.setattr(scripted, "_play_chunk", _die_in_a_worker)
     with pytest.warns(UserWarning, match="worker process died"):
         again = run_policies(config.env, config.env_args, jobs, "holdout", workers=2)
     assert [e.episode_return for e in again["random"][0]] == [e.episode_return for e in alone["random"][0]]

@@ -10,16 +10,10 @@ played in one process.
 from __future__ import annotations
 
 import math
-import os
-import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
-
-from tqdm.auto import tqdm
 
 from ..envs import EnvSpec, get_spec
 from ..episodes import Start, Step, play, policy_actor, scripted_policy
+from ..parallel import cores, fork_map
 
 
 def action_recorder(actions: list[dict], source: dict):
@@ -60,23 +54,13 @@ def _play_chunk(env: str, env_args: dict | None, name: str, seeds: list[int], sp
     return run_policy_episodes(get_spec(env, env_args), name, seeds, split)
 
 
-def cores() -> int:
-    """The cores this process may run on (a container's share, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def run_policies(
     env: str, env_args: dict | None, jobs: list[tuple[str, list[int]]], split: str, *, workers: int | None = None
 ) -> dict[str, tuple[list, list[dict]]]:
     """Each (policy, seeds) job of `jobs` played on `split`: {policy: (episodes in seed order, action records)}, the
     same as `run_policy_episodes` one job after another. With more than one worker (default: the cores this process
     may use) each job's seeds go out in chunks, about two per worker (a policy's cost is unknown here: the
-    improver's episodes cost a hundred times a baseline's), to forked processes, as torch's DataLoader workers
-    are: they play Python environments and never touch the parent's CUDA, and a script that calls this needs no
-    `if __name__ == "__main__"` guard (a spawned worker would re-run it)."""
+    improver's episodes cost a hundred times a baseline's), to forked processes (lib/parallel.py)."""
     names = [name for name, _ in jobs]
     if len(set(names)) != len(names):
         raise ValueError(f"each policy once: {names} names one twice")
@@ -89,18 +73,12 @@ def run_policies(
     if workers <= 1 or len(chunks) <= 1:
         spec = get_spec(env, env_args)
         return {name: run_policy_episodes(spec, name, seeds, split) for name, seeds in jobs}
-    done: dict[int, tuple[list, list[dict]]] = {}
-    try:
-        with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("fork")) as pool:
-            futures = {
-                pool.submit(_play_chunk, env, env_args, name, seeds, split): index
-                for index, (name, seeds) in enumerate(chunks)
-            }
-            for future in tqdm(as_completed(futures), total=len(futures), desc=f"{split}/scripted policies"):
-                done[futures[future]] = future.result()
-    except BrokenProcessPool as error:  # a worker died (killed for memory, say): the same episodes, in this process
-        warnings.warn(f"a worker process died ({error}); playing the scripted policies in this process", stacklevel=2)
-        return run_policies(env, env_args, jobs, split, workers=1)
+    done = fork_map(
+        _play_chunk,
+        [(env, env_args, name, seeds, split) for name, seeds in chunks],
+        workers,
+        f"{split}/scripted policies",
+    )
     found: dict[str, tuple[list, list[dict]]] = {name: ([], []) for name, _ in jobs}
     for index, (name, _) in enumerate(chunks):
         episodes, actions = done[index]

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import metadata
@@ -105,6 +106,37 @@ def converted_folder(spec: EmbeddedModel, cache: Path | None = None) -> Path:
     return (cache or cache_root()) / f"{spec.name}-{spec.sha256[:12]}"
 
 
+@contextmanager
+def one_gguf_parse():
+    """transformers parses a GGUF file anew for the tokenizer, the config and the weights: four parses of
+    SmolLM2's, each reading its 49,152 vocabulary strings one numpy view at a time (27 of a 37 s conversion on the
+    2-core CPU, cProfile), and it builds gguf's tensor-name map once per module of the model (397 times, 8 s).
+    Within this block every `gguf.GGUFReader` of the same file and arguments is the first one, read-only, parsed
+    once, and every tensor-name map of the same architecture and depth is built once. The converted files are
+    the same bytes (tests/test_embedded.py)."""
+    import gguf as gguf_package
+
+    originals = {"GGUFReader": gguf_package.GGUFReader, "get_tensor_name_map": gguf_package.get_tensor_name_map}
+    made: dict[tuple, object] = {}
+
+    def once(name: str):
+        def shared(*args, **kwargs):
+            key = (name, repr(args), repr(sorted(kwargs.items())))
+            if key not in made:
+                made[key] = originals[name](*args, **kwargs)
+            return made[key]
+
+        return shared
+
+    for name in originals:
+        setattr(gguf_package, name, once(name))
+    try:
+        yield made
+    finally:
+        for name, original in originals.items():
+            setattr(gguf_package, name, original)
+
+
 def _convert(spec: EmbeddedModel, gguf: Path, target: Path) -> dict:
     """Dequantize the GGUF into a plain fp32 Llama folder in a temporary sibling, then rename it into place."""
     import torch
@@ -115,8 +147,9 @@ def _convert(spec: EmbeddedModel, gguf: Path, target: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with one_gguf_parse():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         config = loaded.config
         if hasattr(config, "quantization_config"):
             del config.quantization_config  # the weights are dequantized: the folder is an ordinary fp32 model

@@ -75,11 +75,23 @@ def test_tokenizer_eos_pad_and_chat_template_are_fixed(cache):
     assert generation["eos_token_id"] == 2 and generation["pad_token_id"] == 0
 
 
-def test_two_conversions_give_the_same_weights(cache, tmp_path):
+def test_two_conversions_give_the_same_weights_and_one_parses_the_gguf_once(cache, tmp_path, monkeypatch):
+    import gguf
+
+    parses = []
+    reader = gguf.GGUFReader
+
+    def counter(*args, **kwargs):
+        parses.append(args)
+        return reader(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counter)
     _, first = ensure_converted(NAME)
     folder, second = ensure_converted(NAME, cache=tmp_path)
     assert folder.parent == tmp_path
     assert first["weights_sha256"] == second["weights_sha256"] == weights_sha256(folder)
+    assert len(parses) == 1  # transformers asks four times (tokenizer, config, weights); one_gguf_parse reads once
+    assert gguf.GGUFReader is counter  # the block put back what it found
 
 
 def test_greedy_output_is_the_same_in_two_processes(cache):

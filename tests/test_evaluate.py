@@ -259,13 +259,31 @@ def test_postsave_runs_on_the_exported_artifact(done):
     assert result["actions"] == result["actions_with_source"] > 0
 
 
+def test_a_fresh_process_that_fails_is_an_export_error_with_the_end_of_its_console(tmp_path):
+    import tempfile
+
+    from lib.export.merge import ExportError, _fresh_process_outputs, _start_fresh_process
+
+    missing = tmp_path / "no-such-run"
+    with tempfile.TemporaryFile() as log:
+        process = _start_fresh_process(missing, tmp_path / "merged", tmp_path / "p.json", tmp_path / "o.json", log)
+        with pytest.raises(ExportError, match=r"(?s)fresh-process reload of .*merged failed:.*no-such-run"):
+            _fresh_process_outputs(process, log, tmp_path / "merged", tmp_path / "o.json")
+    assert not (tmp_path / "o.json").exists()
+
+
 def test_each_stage_record_says_where_its_time_went(done):
     """laps_s: the named parts of each stage, each timed once, inside the stage's own duration."""
     _, run = done
     expected = {
         "sft": {"kernel check", "model load", "trainer set-up", "train", "save", "imitation check"},
         "grpo": {"kernel check", "model load", "trainer set-up", "train", "save"},
-        "export": {"merge and save", "fingerprint", "unmerged outputs", "fresh process: merged outputs"},
+        "export": {
+            "merge and save",
+            "fingerprint",
+            "unmerged outputs, the fresh process beside",
+            "fresh process: merged outputs, the rest",
+        },
         "postsave": {"fresh process"},
     }
     for stage, parts in expected.items():

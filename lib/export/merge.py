@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,8 +112,9 @@ def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_T
     }
 
 
-def _fresh_process_outputs(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path) -> dict:
-    """Load `model_dir` in a new python process (nothing shared with this one) and compute its outputs."""
+def _start_fresh_process(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path, log) -> subprocess.Popen:
+    """Start loading `model_dir` in a new python process (nothing shared with this one) to compute its outputs into
+    `out`; its console goes to `log` (a file, so a long log never blocks it while this process works)."""
     command = [
         sys.executable,
         "-m",
@@ -127,9 +129,14 @@ def _fresh_process_outputs(run_dir: Path, model_dir: Path, prompts_path: Path, o
         "--out",
         str(out),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
-    if done.returncode != 0:
-        raise ExportError(f"fresh-process reload of {model_dir} failed:\n{done.stderr[-2000:]}")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
+
+
+def _fresh_process_outputs(process: subprocess.Popen, log, model_dir: Path, out: Path) -> dict:
+    """Wait for the fresh process and read its outputs, or an ExportError with the end of its console."""
+    if process.wait() != 0:
+        log.seek(0)
+        raise ExportError(f"fresh-process reload of {model_dir} failed:\n{log.read().decode(errors='replace')[-2000:]}")
     return json.loads(out.read_text())
 
 
@@ -178,12 +185,20 @@ def run_export(config, run) -> dict:
     prompts = check_prompts(config, config.export.check_prompts)
     prompts_path = out / "check_prompts.json"
     atomic_write_json(prompts_path, prompts)
-    with run.lap("export", "unmerged outputs"):
-        model, tokenizer, _ = load_model(base_dir, fp32(config.model), trainable=False)
-        unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
-        reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
-    with run.lap("export", "fresh process: merged outputs"):
-        reloaded = _fresh_process_outputs(run.dir, target, prompts_path, out / "merged_outputs.json")
+    # the fresh process loads the merged folder while this one computes the unmerged adapter's outputs
+    with tempfile.TemporaryFile() as log:
+        with run.lap("export", "unmerged outputs, the fresh process beside"):
+            fresh = _start_fresh_process(run.dir, target, prompts_path, out / "merged_outputs.json", log)
+            try:
+                model, tokenizer, _ = load_model(base_dir, fp32(config.model), trainable=False)
+                unmerged = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+                reference = model_outputs(unmerged, tokenizer, prompts, config.grpo.max_completion_length)
+            except BaseException:
+                fresh.kill()
+                fresh.wait()
+                raise
+        with run.lap("export", "fresh process: merged outputs, the rest"):
+            reloaded = _fresh_process_outputs(fresh, log, target, out / "merged_outputs.json")
     agreement = compare_outputs(reference, reloaded, config.export.logit_tolerance)
     manifest["check"] = agreement
     manifest["hub"] = push_to_hub(target, config.export)

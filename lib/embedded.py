@@ -131,7 +131,7 @@ def one_gguf_parse():
     for name in originals:
         setattr(gguf_package, name, once(name))
     try:
-        yield made
+        yield
     finally:
         for name, original in originals.items():
             setattr(gguf_package, name, original)

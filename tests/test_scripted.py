@@ -5,7 +5,7 @@ import os
 
 from lib.config import load_config
 from lib.evaluation.closed_loop import roles
-from lib.evaluation.scripted import run_policies
+from lib.evaluation.scripted import _play_chunk, run_policies
 
 
 def _without_latency(actions):
@@ -44,7 +44,7 @@ def test_jobs_without_seeds_need_no_worker_and_a_policy_plays_once(monkeypatch):
 
 
 PARENT = os.getpid()
-PLAY_CHUNK = run_policies.__globals__["_play_chunk"]
+PLAY_CHUNK = _play_chunk  # the real one, before a test replaces it
 
 
 def _die_in_a_worker(*args):

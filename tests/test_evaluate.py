@@ -572,7 +572,8 @@ def test_a_policy_loaded_for_play_goes_to_the_gpu_when_there_is_one(done, monkey
 
 
 def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(done, tmp_path):
-    from lib.evaluation.evaluate import quick_check, sft_check
+    from lib.evaluation.evaluate import _sft_gap_closure, quick_check, sft_check
+    from lib.evaluation.scripted import run_policy_episodes
     from lib.reporting.compare import imitation_chart, imitation_points
 
     config, run = done
@@ -582,6 +583,11 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     sft, teacher = report["policies"]["sft"], report["policies"][config.spec.teacher]
     assert report["sft-teacher"]["n"] == sft["n"] == teacher["n"] == 4
     assert report["sft-teacher"]["mean"] == pytest.approx(sft["mean_return"] - teacher["mean_return"])
+    # the oracle played the same seeds: the gap closure is (SFT - teacher) / (oracle - teacher) over their means
+    oracle = run_policy_episodes(config.spec, config.spec.oracle, range(4), "holdout")[0]
+    headroom = sum(e.episode_return for e in oracle) / 4 - teacher["mean_return"]
+    assert report["oracle"] == config.spec.oracle and report["gap_closure"]["n"] == 4
+    assert report["gap_closure"]["mean"] == pytest.approx(report["sft-teacher"]["mean"] / headroom)
     assert report["sft_seconds"] == run.read_stage("sft")["duration_s"] > 0
     assert 1 <= report["distinct_actions"] and 1 <= report["teacher_distinct_actions"]
     assert report["learner"] == {
@@ -591,6 +597,9 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
         "precision": "fp32",
         "labels": config.spec.teacher,
         "list_candidates": True,
+    }
+    assert _sft_gap_closure({0: 0.5}, {0: 0.4}, {0: 0.4}) == {  # no headroom: said, and the check still writes
+        "error": "gap_closure: the oracle does not beat the teacher on these seeds"
     }
     [point] = imitation_points([run.dir])
     assert (point["env"], point["sft_minus_teacher"]) == (config.env, report["sft-teacher"]["mean"])

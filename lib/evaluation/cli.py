@@ -63,6 +63,13 @@ def _sft_check(args) -> int:
     print(
         f"SFT - {teacher}: {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] on {d['n']} seeds"
     )
+    g = report["gap_closure"]
+    if "error" in g:
+        print(f"gap closure toward {report['oracle']}: none ({g['error']})")
+    else:
+        print(
+            f"gap closure toward {report['oracle']}: {g['mean']:+.3f}  ci95 [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]"
+        )
     print(
         f"SFT played {report['distinct_actions']} distinct actions (the teacher {report['teacher_distinct_actions']});"
         f" most played: {', '.join(f'{a} {n}' for a, n in report['top_actions'][:3])}"

@@ -205,8 +205,10 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     """The SFT model alone against its teacher, closed loop on `episodes` seeds of `split`, paired by seed: how close
     imitation came, what it cost (the sft stage's seconds) and which actions it played (the teacher's count beside).
     Needs only the sft stage, so a learner can be judged before any GRPO. With `vs` (another run checked the same
-    way) it also gives this SFT - that run's SFT, paired by seed: one lever against its baseline arm. Writes
-    sft/check_<split>.json, per-seed returns included."""
+    way) it also gives this SFT - that run's SFT, paired by seed: one lever against its baseline arm. The oracle plays
+    the same seeds, so the report's gap closure says how far from the teacher toward the oracle this SFT came: for the
+    capacity check (improver labels), how much room a learner of this kind could reach at all, on the scale GRPO's
+    gap closure uses. Writes sft/check_<split>.json, per-seed returns included."""
     from collections import Counter
 
     from ..envs.base import completion_action
@@ -218,6 +220,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
     teacher_name = config.spec.teacher
     teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)
+    oracle_episodes, _ = run_policy_episodes(config.spec, config.spec.oracle, range(episodes), split)
     sft_returns = returns_by_seed(model_episodes)
     teacher_returns = returns_by_seed(teacher_episodes)
     played = Counter(completion_action(a["completion"]) for a in model_actions)
@@ -241,6 +244,8 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
             teacher_name: summarize(teacher_episodes, teacher_actions),
         },
         "sft-teacher": paired_difference(sft_returns, teacher_returns),
+        "oracle": config.spec.oracle,
+        "gap_closure": _sft_gap_closure(sft_returns, teacher_returns, returns_by_seed(oracle_episodes)),
         "distinct_actions": len(played),
         "teacher_distinct_actions": len({completion_action(a["completion"]) for a in teacher_actions}),
         "top_actions": played.most_common(5),
@@ -251,6 +256,15 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
         report["vs"] = {"run": str(vs), "sft-vs": paired_difference(sft_returns, baseline)}
     atomic_write_json(Path(run.dir) / "sft" / f"check_{split}.json", report)
     return report
+
+
+def _sft_gap_closure(sft: dict, teacher: dict, oracle: dict) -> dict:
+    """The SFT's gap closure toward the oracle, or an `error` entry (as evaluate's) where the oracle does not beat
+    the teacher on these seeds, so a small check still writes its report."""
+    try:
+        return gap_closure(sft, teacher, oracle)
+    except ValueError as error:
+        return {"error": str(error)}
 
 
 def _checked_returns(run_dir: Path, env: str, split: str) -> dict[int, float]:

@@ -572,7 +572,7 @@ def test_a_policy_loaded_for_play_goes_to_the_gpu_when_there_is_one(done, monkey
 
 
 def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(done, tmp_path):
-    from lib.evaluation.evaluate import _sft_gap_closure, quick_check, sft_check
+    from lib.evaluation.evaluate import gap_or_error, quick_check, sft_check
     from lib.evaluation.scripted import run_policy_episodes
     from lib.reporting.compare import imitation_chart, imitation_points
 
@@ -598,7 +598,7 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
         "labels": config.spec.teacher,
         "list_candidates": True,
     }
-    assert _sft_gap_closure({0: 0.5}, {0: 0.4}, {0: 0.4}) == {  # no headroom: said, and the check still writes
+    assert gap_or_error({0: 0.5}, {0: 0.4}, {0: 0.4}) == {  # no headroom: said, and the check still writes
         "error": "gap_closure: the oracle does not beat the teacher on these seeds"
     }
     [point] = imitation_points([run.dir])

@@ -73,12 +73,7 @@ def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split:
     entry = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns, role, resamples)}
     for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
         if {"grpo", role["teacher"], target} <= set(returns):
-            try:
-                entry[key] = gap_closure(
-                    returns["grpo"], returns[role["teacher"]], returns[target], resamples=resamples
-                )
-            except ValueError as error:  # no headroom above the teacher on these seeds: nothing to close
-                entry[key] = {"error": str(error)}
+            entry[key] = gap_or_error(returns["grpo"], returns[role["teacher"]], returns[target], resamples=resamples)
     return entry, returns
 
 
@@ -245,7 +240,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
         },
         "sft-teacher": paired_difference(sft_returns, teacher_returns),
         "oracle": config.spec.oracle,
-        "gap_closure": _sft_gap_closure(sft_returns, teacher_returns, returns_by_seed(oracle_episodes)),
+        "gap_closure": gap_or_error(sft_returns, teacher_returns, returns_by_seed(oracle_episodes)),
         "distinct_actions": len(played),
         "teacher_distinct_actions": len({completion_action(a["completion"]) for a in teacher_actions}),
         "top_actions": played.most_common(5),
@@ -258,11 +253,11 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     return report
 
 
-def _sft_gap_closure(sft: dict, teacher: dict, oracle: dict) -> dict:
-    """The SFT's gap closure toward the oracle, or an `error` entry (as evaluate's) where the oracle does not beat
-    the teacher on these seeds, so a small check still writes its report."""
+def gap_or_error(policy: dict, teacher: dict, target: dict, resamples: int = 2000) -> dict:
+    """`policy`'s gap closure from the teacher toward `target`, or an `error` entry where the target does not beat
+    the teacher on these seeds (no headroom: nothing to close), so the report around it is still written."""
     try:
-        return gap_closure(sft, teacher, oracle)
+        return gap_closure(policy, teacher, target, resamples=resamples)
     except ValueError as error:
         return {"error": str(error)}
 

@@ -194,7 +194,7 @@ class GRPOStageConfig(Strict):
         None,
         description="who finishes episodes in the GRPO reward; unset: the environment's teacher",
     )
-    mode: Literal["step", "every_candidate", "soft_target", "multi_turn"] = Field(
+    mode: Literal["step", "every_candidate", "soft_target", "multi_turn", "aggrevate"] = Field(
         "step",
         description="step: each GRPO sample is one action at a corpus state, the episode finished by the reference "
         "policy (the reward: that episode's return); every_candidate: as step, but a group is the state's offered "
@@ -203,7 +203,12 @@ class GRPOStageConfig(Strict):
         "tilted toward the higher returns within a KL of 0.1 nats (lib/training/rollout.py: soft_targets); "
         "multi_turn: each sample is a "
         "whole episode the policy plays, in process (or against `env_url`), acting at every turn, its return the "
-        "reward (lib/training/multiturn.py)",
+        "reward (lib/training/multiturn.py); aggrevate: no GRPO: the policy plays `aggrevate_episodes` train "
+        "episodes, the improver labels every state it reached with the candidate of the best return, and TRL's "
+        "SFTTrainer fits an adapter to those labels with the sft section's settings (lib/training/aggrevate.py)",
+    )
+    aggrevate_episodes: int = Field(
+        160, ge=1, description="mode aggrevate: the policy's own train episodes whose states the improver labels"
     )
     env_url: str | None = Field(
         None,
@@ -263,6 +268,12 @@ class GRPOStageConfig(Strict):
         if self.batch_size % self.num_generations:
             raise ValueError(
                 f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
+            )
+        if self.mode == "aggrevate" and (self.beta or self.validate_every):
+            raise ValueError(
+                f"grpo.mode aggrevate fits the improver's labels with TRL's SFTTrainer: it has no KL term and no "
+                f"validation curve; set grpo.beta 0 (is {self.beta}) and grpo.validate_every 0 (is "
+                f"{self.validate_every})"
             )
         if self.anchor == "best" and not (self.beta > 0 and self.validate_every):
             raise ValueError(

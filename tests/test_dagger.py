@@ -71,3 +71,48 @@ def test_a_source_that_is_not_a_run_of_this_environment_with_its_model_is_refuse
     shutil.rmtree(moved / "sft" / "model")
     with pytest.raises(FileNotFoundError, match="SFT model is not there"):
         dagger_rows(config, moved, dagger_seeds(1))
+
+
+def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evaluate_loads_its_adapter(source, tmp_path):
+    """grpo.mode aggrevate (lib/training/aggrevate.py): the SFT model plays its own train episodes, the improver
+    labels every state it reached, and an adapter trained on those labels is the RL stage's model."""
+    import json
+
+    from lib.config import ConfigError
+    from lib.episodes import candidate_returns
+    from lib.evaluation.closed_loop import model_artifacts
+    from lib.inference import load_policy_model
+    from lib.training.dagger import AGGREVATE_SEED_OFFSET
+    from lib.training.grpo import run_grpo
+
+    with pytest.raises(ConfigError, match="no KL term and no validation curve"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.validate_every": 2})
+    _, run = source
+    target = tmp_path / "run"
+    shutil.copytree(run.dir, target)
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.aggrevate_episodes": 2})
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["config"] = config.model_dump(mode="json")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    fork = Run(target, config)
+    record = run_grpo(config, fork)
+    metrics = record["metrics"]
+    assert record["status"] == "ok" and metrics["mode"] == "aggrevate" and metrics["label_source"] == "improver"
+    assert metrics["steps"] >= 1 and 0 < metrics["train_loss"] < 50
+    rows = read_records(record["outputs"]["rows"])
+    assert len(rows) == metrics["rows"] and {r["seed"] for r in rows} <= set(range(AGGREVATE_SEED_OFFSET, 10**6))
+    spec = config.spec
+    env = spec.make_env()
+    for row in rows:  # each label is the candidate of the best return when the teacher finishes from this state
+        assert row["label_source"] == "improver"
+        observation = env.restore(row["seed"], row["split"], row["history"])
+        returns = candidate_returns(
+            spec.make_env(), row["seed"], "train", row["history"], observation, spec.make_policy(spec.teacher)
+        )
+        assert returns[row["completion"][-1]["content"]] == pytest.approx(max(returns.values()))
+    assert metrics["improver_differs_from_teacher"] == pytest.approx(
+        sum(r["completion"][-1]["content"] != r["teacher"] for r in rows) / len(rows), abs=1e-4
+    )
+    where = model_artifacts(config, fork)["grpo"]  # the evaluate stage's models: the SFT model and this adapter
+    assert where["adapter"] == record["outputs"]["adapter"]
+    load_policy_model(where["model"], config.model, where["adapter"])

@@ -21,16 +21,17 @@ from ..envs.base import completion_action, format_action
 from .rows import sft_row
 
 DAGGER_SEED_OFFSET = 50_000  # train seeds of the learner's own episodes: after the corpus's and GRPO's blocks
+AGGREVATE_SEED_OFFSET = 70_000  # the RL stage's own episodes (grpo.mode aggrevate): a block of their own
 
 
-def dagger_seeds(episodes: int, offset: int = 0) -> range:
-    return range(DAGGER_SEED_OFFSET + offset, DAGGER_SEED_OFFSET + offset + episodes)
+def dagger_seeds(episodes: int, offset: int = 0, block: int = DAGGER_SEED_OFFSET) -> range:
+    return range(block + offset, block + offset + episodes)
 
 
 def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict]:
     """Rows at every state of the source run's SFT model's own greedy episodes on `seeds` (train split), each
     labelled with `config`'s environment teacher's action there; and a record of where they came from."""
-    from ..evaluation.closed_loop import run_model_episodes, sft_model_dir
+    from ..evaluation.closed_loop import sft_model_dir
     from ..inference import load_policy_model
     from ..runs import Run, read_config
 
@@ -46,29 +47,44 @@ def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict
     source = Run(source_dir, source_config)
     sft = source.read_stage("sft")
     loaded = load_policy_model(sft_model_dir(source), source_config.model)
-    _, actions = run_model_episodes(source_config, loaded, seeds, "train", desc="corpus/dagger episodes")
-    played = defaultdict(list)
-    for record in actions:  # each seed's actions, in the order it played them
-        played[record["seed"]].append(format_action(completion_action(record["completion"])))
-    spec = config.spec
-    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    rows = []
-    for seed in seeds:
-        observation = env.reset(seed, "train")
-        teacher.begin(seed)
-        for position, action in enumerate(played[seed]):
-            label = teacher.act(observation, env)
-            rows.append(sft_row(env, observation, seed, position, env.history, action, label, label, "dagger"))
-            result = env.step(action)
-            if env.done:
-                break
-            observation = result.observation
-    agree = sum(r["executed"] == r["teacher"] for r in rows)
+    rows, agree = labelled_rows(config, loaded, seeds, config.spec.teacher, "dagger")
     record = {
         "from": str(source_dir),
         "sft_weights_sha256": sft["metrics"].get("weights_sha256"),
         "episodes": len(seeds),
         "rows": len(rows),
-        "model_agrees_with_teacher": round(agree / len(rows), 4) if rows else None,
+        "model_agrees_with_teacher": agree,
     }
     return rows, record
+
+
+def labelled_rows(config, loaded, seeds, labeller: str, source: str) -> tuple[list[dict], float | None]:
+    """Rows at every state of the model in `loaded` playing its own greedy episodes on `seeds` (train split), each
+    labelled with what the scripted policy `labeller` (the teacher, or the improver) would do there, `source` their
+    `label_source`; and the share of those states where the model's own action already was that label."""
+    from ..episodes import scripted_policy
+    from ..evaluation.closed_loop import run_model_episodes
+
+    _, actions = run_model_episodes(config, loaded, seeds, "train", desc=f"{source}: the model's own episodes")
+    played = defaultdict(list)
+    for record in actions:  # each seed's actions, in the order it played them
+        played[record["seed"]].append(format_action(completion_action(record["completion"])))
+    spec = config.spec
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    label_policy = teacher if labeller == spec.teacher else scripted_policy(spec, labeller)
+    rows = []
+    for seed in seeds:
+        observation = env.reset(seed, "train")
+        teacher.begin(seed)
+        if label_policy is not teacher:
+            label_policy.begin(seed)
+        for position, action in enumerate(played[seed]):
+            own = teacher.act(observation, env)
+            label = own if label_policy is teacher else label_policy.act(observation, env)
+            rows.append(sft_row(env, observation, seed, position, env.history, action, own, label, source))
+            result = env.step(action)
+            if env.done:
+                break
+            observation = result.observation
+    agree = sum(r["executed"] == r["completion"][-1]["content"] for r in rows)
+    return rows, (round(agree / len(rows), 4) if rows else None)

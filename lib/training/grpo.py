@@ -19,6 +19,7 @@ from ..io import read_records
 from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function, reward_key
 from ..runs import Run, seed_everything
+from .aggrevate import train_aggrevate
 from .alarms import CollapseAlarm, read_alarms
 from .anchor import with_anchor_adapter
 from .harness import (
@@ -175,6 +176,8 @@ def train_grpo(
         verify_checkpoint(Path(resume_from))
     out = run.stage_dir(stage)
     base_model = base_model or sft["outputs"]["model"]
+    if config.grpo.mode == "aggrevate":  # the improver's labels at the policy's own states (lib/training/aggrevate.py)
+        return train_aggrevate(config, run, base_model=base_model, stage=stage)
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
         model, peft = with_lora(model, config.model, backend)

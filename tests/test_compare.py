@@ -41,3 +41,29 @@ def test_an_odd_number_of_runs_or_a_run_without_episodes_is_a_clear_error(tmp_pa
         [sys.executable, "-m", "lib", "compare", "--pairs", str(a)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 2 and "two by two" in out.stderr
+
+
+def test_the_ablation_table_reads_an_aggrevate_run_which_draws_no_groups(tmp_path):
+    """`compare` (no --pairs): a GRPO run's zero-std share is printed; an AggreVaTe run has none, and says n/a."""
+    from lib.reporting.compare import compare_table
+
+    def run(name, returns, grpo, overrides):
+        folder = tmp_path / name
+        (folder / "grpo").mkdir(parents=True)
+        paired = {"mean": 0.1, "ci95": [0.0, 0.2]}
+        quick = {
+            "returns": {"grpo": {str(s): r for s, r in enumerate(returns)}},
+            "policies": {"grpo": {"mean_return": sum(returns) / len(returns)}},
+            "paired": {"grpo-sft": paired, "grpo-teacher": paired},
+        }
+        (folder / "quickcheck.json").write_text(json.dumps(quick))
+        (folder / "manifest.json").write_text(json.dumps({"forked_from": {"overrides": overrides}}))
+        (folder / "grpo" / "stage.json").write_text(json.dumps({"metrics": grpo}))
+        return folder
+
+    shares = {"frac_reward_zero_std_mean": 0.0, "explore/beats_reference_first_quarter": 0.25}
+    base = run("soft", [0.5, 0.5], shares, {})
+    agg = run("agg", [0.7, 0.9], {"frac_reward_zero_std_mean": None}, {"grpo.mode": "aggrevate"})
+    first, second = compare_table([base, agg]).splitlines()[2:]
+    assert "| 0.000 | 0.250 | reference |" in first  # a zero share is a number, not a missing one
+    assert "grpo.mode=aggrevate" in second and "| n/a | n/a | +0.300 [" in second

@@ -51,10 +51,15 @@ def compare_table(runs: list, split: str = "holdout") -> str:
         lines.append(
             f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
             f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-teacher'])} | "
-            f"{grpo.get('frac_reward_zero_std_mean', float('nan')):.3f} | "
-            f"{grpo.get('explore/beats_reference_first_quarter', float('nan')):.3f} | {versus} |"
+            f"{_share(grpo.get('frac_reward_zero_std_mean'))} | "
+            f"{_share(grpo.get('explore/beats_reference_first_quarter'))} | {versus} |"
         )
     return "\n".join(lines)
+
+
+def _share(value) -> str:
+    """A GRPO share for the table, or n/a where the RL stage has none (grpo.mode aggrevate draws no groups)."""
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _greedy_returns(run: Path, policy: str, split: str) -> dict[int, float]:

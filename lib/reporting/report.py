@@ -130,6 +130,18 @@ def headline_table(run_dir: Path) -> pd.DataFrame:
     return policy_table(report, "holdout")
 
 
+def _rl_signal_lines(manifest: dict) -> list[str]:
+    """Where the RL stage's signal came from, when it is not the policy's own samples (grpo.mode aggrevate)."""
+    if manifest["config"]["grpo"].get("mode") != "aggrevate":
+        return []
+    return [
+        "The RL stage is one AggreVaTe round, not GRPO: the SFT policy played its own train episodes and the "
+        "improver (the teacher's one-step lookahead through the simulator) labelled every state it reached; the "
+        "`grpo` rows below are that adapter, and their gain over the teacher is the improver's signal.",
+        "",
+    ]
+
+
 def _alarm_lines(run_dir: Path) -> list[str]:
     """GRPO's collapse alarms (lib/training/alarms.py, in the grpo stage record), said before anything else."""
     path = run_dir / "grpo" / "stage.json"
@@ -178,6 +190,7 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         f"`{manifest['config']['grpo'].get('mode', 'step')}`. "
         f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
         "",
+        *_rl_signal_lines(manifest),
         *_imitation_lines(run_dir),
         *_alarm_lines(run_dir),
         "## Gate checks",

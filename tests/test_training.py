@@ -66,11 +66,11 @@ def _fresh(trained, tmp_path, **extra):
 def test_sft_loss_covers_the_prompt_only_when_asked(tmp_path):
     """TRL builds a row's labels from its completion mask only under completion_only_loss (trl.SFTTrainer's
     _prepare_dataset); `sft.prompt_loss` turns that off, so every token of the row is trained."""
-    from lib.training.sft import _sft_args
+    from lib.training.sft import sft_args
 
     for prompt_loss in (False, True):
         config = _config(**{"sft.prompt_loss": prompt_loss})
-        args = _sft_args(config, Run(tmp_path / str(prompt_loss), config), tmp_path / str(prompt_loss))
+        args = sft_args(config, Run(tmp_path / str(prompt_loss), config), tmp_path / str(prompt_loss))
         assert args.completion_only_loss is (not prompt_loss)
 
 

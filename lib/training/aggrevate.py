@@ -28,33 +28,8 @@ from ..io import atomic_write_text
 from ..models import load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
-from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, precision_flags, save_atomically, tracking_args
-
-
-def _args(config, run: Run, stage: str, out):
-    from trl import SFTConfig  # after load_model, as in sft.py (Unsloth swaps TRL's classes)
-
-    s = config.sft
-    return SFTConfig(
-        output_dir=str(out / "trainer"),
-        num_train_epochs=s.epochs,
-        per_device_train_batch_size=s.batch_size,
-        gradient_accumulation_steps=s.grad_accum,
-        learning_rate=s.learning_rate,
-        max_length=s.max_length,
-        logging_steps=s.logging_steps,
-        save_strategy="no",
-        gradient_checkpointing=s.gradient_checkpointing,
-        **tracking_args(config, run, stage),
-        seed=config.seed,
-        data_seed=config.seed,
-        completion_only_loss=not s.prompt_loss,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.05,
-        disable_tqdm=False,
-        include_num_input_tokens_seen="non_padding",
-        **precision_flags(config),
-    )
+from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, save_atomically
+from .sft import sft_args
 
 
 def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
@@ -84,7 +59,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
     guard = FiniteLossGuard()
     trainer = SFTTrainer(
         model=model,
-        args=_args(config, run, stage, out),
+        args=sft_args(config, run, out, stage),
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
         processing_class=tokenizer,
         peft_config=peft,

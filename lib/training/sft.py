@@ -48,7 +48,8 @@ def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
     return str(out / "base_model")
 
 
-def _sft_args(config: RunConfig, run: Run, out: Path):
+def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
+    """TRL's SFTConfig from the `sft` section, logged under `stage` (sft, or the RL stage's AggreVaTe round)."""
     # only after load_model: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig with its own
     from trl import SFTConfig
 
@@ -64,7 +65,7 @@ def _sft_args(config: RunConfig, run: Run, out: Path):
         logging_steps=s.logging_steps,
         save_strategy="no",
         gradient_checkpointing=s.gradient_checkpointing,
-        **tracking_args(config, run, "sft"),
+        **tracking_args(config, run, stage),
         seed=config.seed,
         data_seed=config.seed,
         completion_only_loss=not s.prompt_loss,
@@ -107,7 +108,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         guard = FiniteLossGuard()
         trainer = SFTTrainer(
             model=model,
-            args=_sft_args(config, run, out),
+            args=sft_args(config, run, out),
             train_dataset=_sft_dataset(rows),
             processing_class=tokenizer,
             peft_config=peft,

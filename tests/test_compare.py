@@ -67,3 +67,33 @@ def test_the_ablation_table_reads_an_aggrevate_run_which_draws_no_groups(tmp_pat
     first, second = compare_table([base, agg]).splitlines()[2:]
     assert "| 0.000 | 0.250 | reference |" in first  # a zero share is a number, not a missing one
     assert "grpo.mode=aggrevate" in second and "| n/a | n/a | +0.300 [" in second
+
+
+def test_the_seed_table_names_each_runs_rl_stage_and_reads_a_split_from_its_quickcheck(tmp_path):
+    """`python -m lib summary --seeds`: a row per run and split, the RL stage's mode in it; a split the evaluate
+    stage did not play comes from the run's quickcheck of it, labelled so; a split with neither is left out."""
+    from lib.reporting.summary import seed_table
+
+    def entry(grpo: float):
+        policies = {name: {"mean_return": value} for name, value in (("sft", 0.5), ("grpo", grpo), ("t", 0.5))}
+        policies.update(imp={"mean_return": 0.9}, o={"mean_return": 1.0})
+        paired = {"grpo-teacher": {"mean": grpo - 0.5, "ci95": [grpo - 0.6, grpo - 0.4]}}
+        gap = {"mean": (grpo - 0.5) / 0.5, "ci95": [0.0, 1.0]}
+        return {"policies": policies, "paired": paired, "gap_closure": gap, "gap_closure_improver": gap}
+
+    roles = {"teacher": "t", "improver": "imp", "oracle": "o"}
+    runs = []
+    for name, mode, seed, novel in (("agg", "aggrevate", 2, True), ("soft", "soft_target", 3, False)):
+        folder = tmp_path / name
+        (folder / "evaluate").mkdir(parents=True)
+        report = {"env": "polyguard", "roles": roles, "splits": {"holdout": entry(0.9 if novel else 0.6)}}
+        (folder / "evaluate" / "eval.json").write_text(json.dumps(report))
+        (folder / "manifest.json").write_text(json.dumps({"config": {"seed": seed, "grpo": {"mode": mode}}}))
+        if novel:
+            (folder / "quickcheck_holdout_novel.json").write_text(json.dumps({"roles": roles, **entry(0.8)}))
+        runs.append(folder)
+    rows = seed_table(runs).splitlines()
+    assert rows[0].startswith("| environment | seed | RL stage | split | SFT | GRPO |") and len(rows) == 5
+    assert rows[2].startswith("| polyguard | 2 | aggrevate | holdout | 0.500 | 0.900 | 0.500 | 0.900 | 1.000 | +0.400")
+    assert rows[3].startswith("| polyguard | 2 | aggrevate | holdout_novel (quickcheck) | 0.500 | 0.800 |")
+    assert rows[4].startswith("| polyguard | 3 | soft_target | holdout | 0.500 | 0.600 |")  # no novel split: no row

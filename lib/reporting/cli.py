@@ -109,7 +109,8 @@ def add_verbs(verbs) -> None:
     u.add_argument(
         "--seeds",
         action="store_true",
-        help="one row per environment x seed x split: SFT, GRPO, teacher, improver, oracle, GRPO - teacher, gaps",
+        help="one row per environment x seed x split: the RL stage's mode, SFT, GRPO, teacher, improver, oracle, "
+        "GRPO - teacher, gaps (a split the evaluation did not play: from the run's quickcheck of it)",
     )
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)

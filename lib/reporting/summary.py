@@ -87,6 +87,7 @@ def environment_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("ho
 SEED_COLUMNS = (
     "environment",
     "seed",
+    "RL stage",
     "split",
     "SFT",
     "GRPO",
@@ -99,8 +100,8 @@ SEED_COLUMNS = (
 )
 
 
-def _seed_row(report: dict, seed: int, split: str) -> list[str]:
-    entry, role = report["splits"][split], report["roles"]
+def _seed_row(report: dict, entry: dict, seed: int, mode: str, split: str) -> list[str]:
+    role = report["roles"]
     policies = entry["policies"]
     means = [
         f"{policies[name]['mean_return']:.3f}" if name in policies else "n/a"
@@ -110,18 +111,35 @@ def _seed_row(report: dict, seed: int, split: str) -> list[str]:
         _signed(entry[key]) if "mean" in entry.get(key, {}) else "n/a"
         for key in ("gap_closure", "gap_closure_improver")
     ]
-    return [report["env"], str(seed), split, *means, _signed(entry["paired"]["grpo-teacher"]), *gaps]
+    return [report["env"], str(seed), mode, split, *means, _signed(entry["paired"]["grpo-teacher"]), *gaps]
+
+
+def _split_entries(run_dir: Path, report: dict, splits: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """(label, entry) per split: the evaluate stage's, else a `python -m lib quickcheck --split` of the same run's
+    models (quickcheck_<split>.json, labelled as such), else none."""
+    found = []
+    for split in splits:
+        if split in report["splits"]:
+            found.append((split, report["splits"][split]))
+            continue
+        quick = run_dir / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
+        if quick.is_file():
+            found.append((f"{split} (quickcheck)", read_json_record(quick, "the run's quickcheck")))
+    return found
 
 
 def seed_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
-    """Runs of several environments and seeds: one row per (environment, seed, split) with SFT, GRPO, the teacher,
-    the improver and the oracle (mean returns), GRPO - teacher paired by seed with its 95% CI, and the gap
-    closure toward the oracle and toward the improver."""
+    """Runs of several environments and seeds: one row per (environment, seed, split) with the RL stage's mode
+    (`grpo.mode`: GRPO's, or aggrevate), SFT, GRPO (the RL stage's model), the teacher, the improver and the oracle
+    (mean returns), GRPO - teacher paired by seed with its 95% CI, and the gap closure toward the oracle and toward
+    the improver. A split the evaluate stage did not play is read from the run's quickcheck of it, if any."""
     lines = ["| " + " | ".join(SEED_COLUMNS) + " |", "|" + " --- |" * len(SEED_COLUMNS)]
-    for run_dir in run_dirs:
-        report = _eval(Path(run_dir))
-        seed = read_json_record(Path(run_dir) / "manifest.json", "the run's manifest")["config"]["seed"]
+    for run_dir in map(Path, run_dirs):
+        report = _eval(run_dir)
+        config = read_json_record(run_dir / "manifest.json", "the run's manifest")["config"]
+        mode = config["grpo"].get("mode", "step")
         lines += [
-            "| " + " | ".join(_seed_row(report, seed, split)) + " |" for split in splits if split in report["splits"]
+            "| " + " | ".join(_seed_row(report, entry, config["seed"], mode, label)) + " |"
+            for label, entry in _split_entries(run_dir, report, splits)
         ]
     return "\n".join(lines)

@@ -203,12 +203,9 @@ class GRPOStageConfig(Strict):
         "tilted toward the higher returns within a KL of 0.1 nats (lib/training/rollout.py: soft_targets); "
         "multi_turn: each sample is a "
         "whole episode the policy plays, in process (or against `env_url`), acting at every turn, its return the "
-        "reward (lib/training/multiturn.py); aggrevate: no GRPO: the policy plays `aggrevate_episodes` train "
+        "reward (lib/training/multiturn.py); aggrevate: no GRPO: the policy plays corpus.sft_episodes train "
         "episodes, the improver labels every state it reached with the candidate of the best return, and TRL's "
         "SFTTrainer fits an adapter to those labels with the sft section's settings (lib/training/aggrevate.py)",
-    )
-    aggrevate_episodes: int = Field(
-        160, ge=1, description="mode aggrevate: the policy's own train episodes whose states the improver labels"
     )
     env_url: str | None = Field(
         None,

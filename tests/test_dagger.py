@@ -90,7 +90,7 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     _, run = source
     target = tmp_path / "run"
     shutil.copytree(run.dir, target)
-    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.aggrevate_episodes": 2})
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))

@@ -10,9 +10,9 @@ seeds, never from the evaluated splits.
 
 The SFT row stays the teacher's clone; this stage is where the improver's signal enters, and its record says so
 (`mode: aggrevate`, `label_source: improver`). It trains with the `sft` section's settings (epochs, batch, learning
-rate) for `grpo.aggrevate_episodes` episodes of the policy's own play, on train seeds of their own block
-(`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as GRPO does, so the evaluate stage, the gate and the report read
-it the same way.
+rate) on as many episodes of the policy's own play as the teacher's corpus has (`corpus.sft_episodes`), on train
+seeds of their own block (`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as GRPO does, so the evaluate stage, the
+gate and the report read it the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
     started = time.time()
     seed_everything(config.seed, config.deterministic)
     g, out = config.grpo, run.stage_dir(stage)
-    seeds = dagger_seeds(g.aggrevate_episodes, config.corpus.seed_offset, AGGREVATE_SEED_OFFSET)
+    seeds = dagger_seeds(config.corpus.sft_episodes, config.corpus.seed_offset, AGGREVATE_SEED_OFFSET)
     with run.lap(stage, "policy's episodes, improver's labels"):
         policy = load_policy_model(base_model, config.model)
         rows, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")

@@ -207,6 +207,14 @@ class GRPOStageConfig(Strict):
         "episodes, the improver labels every state it reached with the candidate of the best return, and TRL's "
         "SFTTrainer fits an adapter to those labels with the sft section's settings (lib/training/aggrevate.py)",
     )
+    rounds: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="aggrevate: play-label-fit rounds. Round k's policy (the SFT model with round k-1's adapter) "
+        "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and round "
+        "k-1's adapter is trained further on them; 1: the SFT policy's states only",
+    )
     env_url: str | None = Field(
         None,
         description="multi_turn: the base url of a running `python -m lib serve --env <env>` to play against over "
@@ -272,6 +280,8 @@ class GRPOStageConfig(Strict):
                 f"validation curve; set grpo.beta 0 (is {self.beta}) and grpo.validate_every 0 (is "
                 f"{self.validate_every})"
             )
+        if self.rounds > 1 and self.mode != "aggrevate":
+            raise ValueError(f"grpo.rounds ({self.rounds}) counts AggreVaTe rounds; it needs grpo.mode aggrevate")
         if self.anchor == "best" and not (self.beta > 0 and self.validate_every):
             raise ValueError(
                 f"grpo.anchor best holds the policy to its best validated point by the KL term: it needs grpo.beta > 0 "

@@ -73,34 +73,57 @@ def test_a_source_that_is_not_a_run_of_this_environment_with_its_model_is_refuse
         dagger_rows(config, moved, dagger_seeds(1))
 
 
-def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evaluate_loads_its_adapter(source, tmp_path):
+def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evaluate_loads_its_adapter(
+    source, tmp_path, monkeypatch
+):
     """grpo.mode aggrevate (lib/training/aggrevate.py): the SFT model plays its own train episodes, the improver
-    labels every state it reached, and an adapter trained on those labels is the RL stage's model."""
+    labels every state it reached, and an adapter trained on those labels is the RL stage's model; a second round's
+    policy plays with the first round's adapter and trains it further."""
     import json
 
     from lib.config import ConfigError
     from lib.episodes import candidate_returns
     from lib.evaluation.closed_loop import model_artifacts
     from lib.inference import load_policy_model
+    from lib.models import weights_sha256
+    from lib.training import aggrevate
     from lib.training.dagger import AGGREVATE_SEED_OFFSET
     from lib.training.grpo import run_grpo
 
     with pytest.raises(ConfigError, match="no KL term and no validation curve"):
         load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.validate_every": 2})
+    with pytest.raises(ConfigError, match="grpo.rounds .2. counts AggreVaTe rounds"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.rounds": 2})
     _, run = source
     target = tmp_path / "run"
     shutil.copytree(run.dir, target)
-    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.rounds": 2})
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))
     fork = Run(target, config)
+    played_with = []  # (adapter, its sha256 when the round's policy was loaded)
+
+    def spy(model_dir, model_config, adapter_dir=None):
+        played_with.append((adapter_dir, adapter_dir and weights_sha256(adapter_dir)))
+        return load_policy_model(model_dir, model_config, adapter_dir)
+
+    monkeypatch.setattr(aggrevate, "load_policy_model", spy)
     record = run_grpo(config, fork)
     metrics = record["metrics"]
     assert record["status"] == "ok" and metrics["mode"] == "aggrevate" and metrics["label_source"] == "improver"
-    assert metrics["steps"] >= 1 and 0 < metrics["train_loss"] < 50
+    assert metrics["steps"] >= 2 and 0 < metrics["train_loss"] < 50
     rows = read_records(record["outputs"]["rows"])
     assert len(rows) == metrics["rows"] and {r["seed"] for r in rows} <= set(range(AGGREVATE_SEED_OFFSET, 10**6))
+    # round 1: the SFT policy on its seeds; round 2: the SFT model with round 1's adapter, on the next seeds
+    first, second = metrics["rounds"]
+    assert played_with[0] == (None, None) and played_with[1][1] == first["adapter_sha256"]
+    assert second["adapter_sha256"] == metrics["adapter_sha256"] != first["adapter_sha256"]
+    assert first["seeds"][1] == second["seeds"][0] and first["rows"] + second["rows"] == len(rows)
+    for round_ in (first, second):
+        assert {r["seed"] for r in rows if r["round"] == round_["round"]} <= set(range(*round_["seeds"]))
+    logged = read_records(fork.dir / "grpo" / "train_log.jsonl")
+    assert {r["round"] for r in logged} == {1, 2}
     spec = config.spec
     env = spec.make_env()
     for row in rows:  # each label is the candidate of the best return when the teacher finishes from this state

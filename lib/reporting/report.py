@@ -134,10 +134,18 @@ def _rl_signal_lines(manifest: dict) -> list[str]:
     """Where the RL stage's signal came from, when it is not the policy's own samples (grpo.mode aggrevate)."""
     if manifest["config"]["grpo"].get("mode") != "aggrevate":
         return []
+    rounds = manifest["config"]["grpo"].get("rounds", 1)
+    again = (
+        f" {rounds} rounds: each later round's policy (the SFT model with the previous round's adapter) played "
+        "fresh episodes, was labelled the same way, and trained that adapter further."
+        if rounds > 1
+        else ""
+    )
     return [
-        "The RL stage is one AggreVaTe round, not GRPO: the SFT policy played its own train episodes and the "
-        "improver (the teacher's one-step lookahead through the simulator) labelled every state it reached; the "
-        "`grpo` rows below are that adapter, and their gain over the teacher is the improver's signal.",
+        f"The RL stage is {'AggreVaTe' if rounds > 1 else 'one AggreVaTe round'}, not GRPO: the SFT policy played "
+        "its own train episodes and the improver (the teacher's one-step lookahead through the simulator) labelled "
+        f"every state it reached; the `grpo` rows below are that adapter, and their gain over the teacher is the "
+        f"improver's signal.{again}",
         "",
     ]
 

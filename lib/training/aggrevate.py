@@ -13,6 +13,11 @@ The SFT row stays the teacher's clone; this stage is where the improver's signal
 rate) on as many episodes of the policy's own play as the teacher's corpus has (`corpus.sft_episodes`), on train
 seeds of their own block (`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as GRPO does, so the evaluate stage, the
 gate and the report read it the same way.
+
+`grpo.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
+fresh episodes on the next seeds of the block, the improver labels the states it reached, and round k-1's adapter is
+trained further on those rows. One round labels only states the SFT policy reaches; a state that follows an action
+the teacher never takes (a substitution, say) is first reached, and labelled, in round 2.
 """
 
 from __future__ import annotations
@@ -25,85 +30,130 @@ from datasets import Dataset
 from ..episodes import Improver
 from ..inference import load_policy_model
 from ..io import atomic_write_text
-from ..models import load_model, weights_sha256, with_lora
+from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
 from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, save_atomically
 from .sft import sft_args
 
 
-def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
-    """One AggreVaTe round on top of `base_model` (the SFT model), recorded as `stage` with its adapter in
-    `stage`/adapter, as train_grpo records GRPO."""
-    from trl import SFTTrainer
+def round_seeds(config, round_: int) -> range:
+    """The train seeds round `round_` (1, 2, ...) plays: corpus.sft_episodes of them, each round its own."""
+    episodes = config.corpus.sft_episodes
+    return dagger_seeds(episodes, config.corpus.seed_offset + (round_ - 1) * episodes, AGGREVATE_SEED_OFFSET)
 
+
+def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
+    """`grpo.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its adapter in
+    `stage`/adapter, as train_grpo records GRPO."""
     started = time.time()
     seed_everything(config.seed, config.deterministic)
     g, out = config.grpo, run.stage_dir(stage)
-    seeds = dagger_seeds(config.corpus.sft_episodes, config.corpus.seed_offset, AGGREVATE_SEED_OFFSET)
-    with run.lap(stage, "policy's episodes, improver's labels"):
-        policy = load_policy_model(base_model, config.model)
-        rows, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
-        del policy
-    if not rows:
-        raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")
-    atomic_write_text(out / "rows.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    adapter_dir, logger, guard = out / "adapter", JsonlLogger(out / "train_log.jsonl"), FiniteLossGuard()
+    rows, rounds, losses = [], [], []
+    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds)
+    for round_ in range(1, g.rounds + 1):
+        seeds = round_seeds(config, round_)
+        previous = adapter_dir if round_ > 1 else None
+        with run.lap(stage, "policy's episodes, improver's labels"):
+            policy = load_policy_model(base_model, config.model, previous)
+            labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
+            del policy
+        if not labelled:
+            raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")
+        changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
+        print(
+            f"aggrevate round {round_}/{g.rounds}: {len(labelled)} states of the policy's own {len(seeds)} episodes; "
+            f"the improver keeps its action at {agree:.3f} of them and differs from the teacher at {changed}"
+        )
+        rows += [{**r, "round": round_} for r in labelled]
+        atomic_write_text(out / "rows.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        logger.tag(round=round_)
+        trainer, result = _fit(config, run, out, stage, base_model, previous, labelled, [logger, guard])
+        if guard.bad_step is not None:
+            raise NonFiniteLossError(
+                f"AggreVaTe loss became non-finite at round {round_}, step {guard.bad_step}; nothing was saved"
+            )
+        with run.lap(stage, "save"):
+            save_atomically(trainer, trainer.processing_class, adapter_dir, merge=False)
+        sha = weights_sha256(adapter_dir)
+        fitted = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        losses += fitted
+        rounds.append(
+            {
+                "round": round_,
+                "seeds": [seeds.start, seeds.stop],
+                "rows": len(labelled),
+                "policy_agrees_with_improver": agree,
+                "improver_differs_from_teacher": round(changed / len(labelled), 4),
+                "steps": trainer.state.global_step,
+                "loss_first": fitted[0] if fitted else None,
+                "loss_last": fitted[-1] if fitted else None,
+                "train_runtime_s": round(result["train_runtime"], 3),
+                "tokens": int(trainer.state.num_input_tokens_seen),
+                "adapter_sha256": sha,  # the next round's policy plays with this adapter and trains it further
+            }
+        )
+        del trainer
+    runtime = sum(r["train_runtime_s"] for r in rounds)
     changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in rows)
-    print(
-        f"aggrevate: {len(rows)} states of the policy's own {len(seeds)} episodes; the improver keeps its action at "
-        f"{agree:.3f} of them and differs from the teacher at {changed}"
+    agree = sum(r["policy_agrees_with_improver"] * r["rows"] for r in rounds) / len(rows)
+    return run.stage_done(
+        stage,
+        started=started,
+        params=g.model_dump(),
+        inputs={"base_model": base_model, "seeds": [rounds[0]["seeds"][0], rounds[-1]["seeds"][1]]},
+        outputs={"adapter": str(adapter_dir), "base_model": base_model, "rows": str(out / "rows.jsonl")},
+        metrics={
+            "backend": backend_for(config.model),
+            "mode": g.mode,
+            "label_source": "improver",
+            "rounds": rounds,
+            "episodes": config.corpus.sft_episodes * g.rounds,
+            "rows": len(rows),
+            "policy_agrees_with_improver": round(agree, 4),
+            "improver_differs_from_teacher": round(changed / len(rows), 4),
+            "steps": sum(r["steps"] for r in rounds),
+            "kept_step": sum(r["steps"] for r in rounds),
+            "train_loss": result["train_loss"],  # the last round's mean over its steps (logged ones: losses)
+            "losses": losses,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "train_runtime_s": round(runtime, 3),
+            "tokens_per_s": round(sum(r["tokens"] for r in rounds) / runtime, 1) if runtime else None,
+            "reward_first": None,
+            "reward_last": None,
+            "reward_mean": None,
+            "frac_reward_zero_std_mean": None,
+            "adapter_sha256": sha,
+            "resumed_from": None,
+            "alarms": [],
+            "stopped_early": False,
+        },
     )
+
+
+def _fit(config, run: Run, out, stage: str, base_model: str, previous, rows: list[dict], callbacks):
+    """TRL's SFTTrainer on `rows` with the sft section's settings: a fresh adapter on the SFT model (round 1), or the
+    previous round's adapter, loaded trainable, trained further. Returns (trainer, its train metrics)."""
+    from trl import SFTTrainer
+
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
-        model, peft = with_lora(model, config.model, backend)
-    guard = FiniteLossGuard()
+        if previous is None:
+            model, peft = with_lora(model, config.model, backend)
+        else:
+            from peft import PeftModel
+
+            model, peft = PeftModel.from_pretrained(model, str(previous), is_trainable=True), None
     trainer = SFTTrainer(
         model=model,
         args=sft_args(config, run, out, stage),
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
         processing_class=tokenizer,
         peft_config=peft,
-        callbacks=[JsonlLogger(out / "train_log.jsonl"), guard],
+        callbacks=callbacks,
     )
-    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rows=len(rows), episodes=len(seeds))
     with run.lap(stage, "train"):
         result = trainer.train().metrics
-    runtime = result["train_runtime"]
-    if guard.bad_step is not None:
-        raise NonFiniteLossError(f"AggreVaTe loss became non-finite at step {guard.bad_step}; nothing was saved")
-    adapter_dir = out / "adapter"
-    with run.lap(stage, "save"):
-        save_atomically(trainer, tokenizer, adapter_dir, merge=False)
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return run.stage_done(
-        stage,
-        started=started,
-        params=g.model_dump(),
-        inputs={"base_model": base_model, "seeds": [seeds.start, seeds.stop]},
-        outputs={"adapter": str(adapter_dir), "base_model": base_model, "rows": str(out / "rows.jsonl")},
-        metrics={
-            "backend": backend,
-            "mode": g.mode,
-            "label_source": "improver",
-            "episodes": len(seeds),
-            "rows": len(rows),
-            "policy_agrees_with_improver": agree,
-            "improver_differs_from_teacher": round(changed / len(rows), 4),
-            "steps": trainer.state.global_step,
-            "kept_step": trainer.state.global_step,
-            "train_loss": result["train_loss"],  # the mean over every step (logged ones: losses)
-            "losses": losses,
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-            "train_runtime_s": round(runtime, 3),
-            "tokens_per_s": round(int(trainer.state.num_input_tokens_seen) / runtime, 1) if runtime else None,
-            "reward_first": None,
-            "reward_last": None,
-            "reward_mean": None,
-            "frac_reward_zero_std_mean": None,
-            "adapter_sha256": weights_sha256(adapter_dir),
-            "resumed_from": None,
-            "alarms": [],
-            "stopped_early": False,
-        },
-    )
+    return trainer, result

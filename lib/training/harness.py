@@ -76,6 +76,11 @@ class JsonlLogger(TrainerCallback):
         if self.writes:
             self.path.unlink(missing_ok=True)
         self._last: tuple[float, float] | None = None  # (time, num_tokens) at the previous log
+        self.fields: dict = {}  # added to every record, e.g. {"round": 2} while a stage's second trainer logs
+
+    def tag(self, **fields) -> None:
+        """Tag the records that follow (a stage training more than one trainer into one log: each starts at step 1)."""
+        self.fields, self._last = fields, None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self.writes:
@@ -84,6 +89,7 @@ class JsonlLogger(TrainerCallback):
             "step": state.global_step,
             "time": time.time(),
             "peak_memory_mb": round(_peak_memory_mb(), 1),
+            **self.fields,
             **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))},
         }
         if all(k in record for k in ("step_time", "time/generation_s", "time/reward_s")):

@@ -86,6 +86,7 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     from lib.evaluation.closed_loop import model_artifacts
     from lib.inference import load_policy_model
     from lib.models import weights_sha256
+    from lib.pipeline.fork import fork_run
     from lib.training import aggrevate
     from lib.training.dagger import AGGREVATE_SEED_OFFSET
     from lib.training.grpo import run_grpo
@@ -97,33 +98,60 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     _, run = source
     target = tmp_path / "run"
     shutil.copytree(run.dir, target)
-    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.rounds": 2})
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))
-    fork = Run(target, config)
-    played_with = []  # (adapter, its sha256 when the round's policy was loaded)
+    base = Run(target, config)
+    played_with = []  # (adapter, its sha256) each time a round's policy was loaded to play
 
     def spy(model_dir, model_config, adapter_dir=None):
         played_with.append((adapter_dir, adapter_dir and weights_sha256(adapter_dir)))
         return load_policy_model(model_dir, model_config, adapter_dir)
 
     monkeypatch.setattr(aggrevate, "load_policy_model", spy)
+    (first,) = run_grpo(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
+    assert played_with == [(None, None)]
+    base_log = (target / "grpo" / "train_log.jsonl").read_text()
+    # a fork that adds a round goes on from the base's: round 2's policy is the SFT model with round 1's adapter
+    config, fork = fork_run(target, tmp_path / "more", {"grpo.rounds": 2})
     record = run_grpo(config, fork)
     metrics = record["metrics"]
     assert record["status"] == "ok" and metrics["mode"] == "aggrevate" and metrics["label_source"] == "improver"
     assert metrics["steps"] >= 2 and 0 < metrics["train_loss"] < 50
     rows = read_records(record["outputs"]["rows"])
     assert len(rows) == metrics["rows"] and {r["seed"] for r in rows} <= set(range(AGGREVATE_SEED_OFFSET, 10**6))
-    # round 1: the SFT policy on its seeds; round 2: the SFT model with round 1's adapter, on the next seeds
-    first, second = metrics["rounds"]
-    assert played_with[0] == (None, None) and played_with[1][1] == first["adapter_sha256"]
+    again, second = metrics["rounds"]
+    assert again == first and metrics["resumed_from"] == {"round": 1, "adapter_sha256": first["adapter_sha256"]}
+    assert len(played_with) == 2 and played_with[1][1] == first["adapter_sha256"]
     assert second["adapter_sha256"] == metrics["adapter_sha256"] != first["adapter_sha256"]
     assert first["seeds"][1] == second["seeds"][0] and first["rows"] + second["rows"] == len(rows)
+    assert rows[: first["rows"]] == read_records(target / "grpo" / "rows.jsonl")
     for round_ in (first, second):
         assert {r["seed"] for r in rows if r["round"] == round_["round"]} <= set(range(*round_["seeds"]))
-    logged = read_records(fork.dir / "grpo" / "train_log.jsonl")
-    assert {r["round"] for r in logged} == {1, 2}
+    assert {r["round"] for r in read_records(fork.dir / "grpo" / "train_log.jsonl")} == {1, 2}
+    # the base is untouched: its adapter, its log
+    assert weights_sha256(target / "grpo" / "adapter") == first["adapter_sha256"]
+    assert (target / "grpo" / "train_log.jsonl").read_text() == base_log
+    # a record written before grpo.rounds (one round, no `rounds`, rows untagged) is continued the same way
+    legacy_config, legacy = fork_run(target, tmp_path / "legacy", {"grpo.rounds": 2})
+    path = legacy.dir / "grpo" / "stage.json"
+    old = json.loads(path.read_text())
+    del old["metrics"]["rounds"]
+    path.write_text(json.dumps(old))
+    untagged = [{k: v for k, v in r.items() if k != "round"} for r in read_records(legacy.dir / "grpo" / "rows.jsonl")]
+    (legacy.dir / "grpo" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in untagged))
+    rounds, legacy_rows, _ = aggrevate.done_rounds(
+        legacy_config, legacy, "grpo", legacy.read_stage("sft")["outputs"]["model"]
+    )
+    assert [{**r, "tokens": 0} for r in rounds] == [{**first, "tokens": 0}]
+    assert legacy_rows == rows[: first["rows"]]
+    # a shared stage whose adapter is not the one its record names is not continued
+    _, broken = fork_run(target, tmp_path / "broken", {"grpo.rounds": 3})
+    weights = next((broken.dir / "grpo" / "adapter").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    with pytest.raises(ValueError, match="is not that adapter: re-run the stage from round 1"):
+        run_grpo(broken.config, broken)
     spec = config.spec
     env = spec.make_env()
     for row in rows:  # each label is the candidate of the best return when the teacher finishes from this state

@@ -21,7 +21,8 @@ FORK_SECTIONS = ("grpo.", "eval.", "export.", "corpus.grpo_")  # what a fork may
 def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, Any]):
     """A new run that shares the base run's corpus, baselines and SFT model (hard links, not copies) and differs
     only in `overrides` to grpo.*, eval.* or export.*: the paired experiment, one change on the same states,
-    seeds and SFT weights. Returns (config, Run)."""
+    seeds and SFT weights. A fork that only raises an AggreVaTe run's grpo.rounds also copies its RL stage, which
+    then goes on from the base's last round. Returns (config, Run)."""
     base_dir, target_dir = Path(base_dir), Path(target_dir)
     wrong = sorted(k for k in overrides if not k.startswith(FORK_SECTIONS))
     if wrong:
@@ -37,11 +38,17 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
     shared = [stage for stage in FORK_STAGES if (base_dir / stage / "stage.json").is_file()]
     if "sft" not in shared:
         raise FileNotFoundError(f"{base_dir} has no finished sft stage to fork from")
+    if _adds_rounds(base, config, overrides) and (base_dir / "grpo" / "stage.json").is_file():
+        # more AggreVaTe rounds on the base's: the RL stage is shared too (copied: it goes on writing there), and
+        # `lib stage grpo` goes on from the base's last round (lib/training/aggrevate.py: done_rounds)
+        shutil.copytree(base_dir / "grpo", target_dir / "grpo")
+        shared.append("grpo")
     new_prompts = any(k.startswith("corpus.") for k in overrides)
     if new_prompts:  # other GRPO prompts: the corpus is made again, and its SFT rows must be the base's
         shared.remove("corpus")
     for stage in shared:
-        shutil.copytree(base_dir / stage, target_dir / stage, copy_function=os.link, dirs_exist_ok=True)
+        if stage != "grpo":
+            shutil.copytree(base_dir / stage, target_dir / stage, copy_function=os.link, dirs_exist_ok=True)
         record = target_dir / stage / "stage.json"
         record.unlink()  # a hard link: rewrite a new file, never the base's
         text = (base_dir / stage / "stage.json").read_text().replace(str(base_dir), str(target_dir))
@@ -75,3 +82,8 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
                 "so the base's SFT model does not belong to them; fork removed"
             )
     return config, run
+
+
+def _adds_rounds(base, config, overrides: dict) -> bool:
+    """The fork only raises grpo.rounds of a base whose RL stage is AggreVaTe."""
+    return set(overrides) == {"grpo.rounds"} and base.grpo.mode == "aggrevate" and config.grpo.rounds > base.grpo.rounds

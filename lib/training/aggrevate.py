@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from datasets import Dataset
 
 from ..episodes import Improver
 from ..inference import load_policy_model
-from ..io import atomic_write_text
+from ..io import atomic_write_text, read_records
 from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
@@ -49,10 +50,15 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
     started = time.time()
     seed_everything(config.seed, config.deterministic)
     g, out = config.grpo, run.stage_dir(stage)
-    adapter_dir, logger, guard = out / "adapter", JsonlLogger(out / "train_log.jsonl"), FiniteLossGuard()
-    rows, rounds, losses = [], [], []
-    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds)
-    for round_ in range(1, g.rounds + 1):
+    adapter_dir = out / "adapter"
+    rounds, rows, losses = done_rounds(config, run, stage, base_model)
+    logged = (out / "train_log.jsonl").read_text() if rounds else ""
+    logger, guard = JsonlLogger(out / "train_log.jsonl"), FiniteLossGuard()
+    if logged:  # the done rounds' records, in a file of this run's own (a fork's is a copy of its base's)
+        atomic_write_text(out / "train_log.jsonl", logged)
+    resumed = {"round": len(rounds), "adapter_sha256": rounds[-1]["adapter_sha256"]} if rounds else None
+    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds, resumed_from=resumed)
+    for round_ in range(len(rounds) + 1, g.rounds + 1):
         seeds = round_seeds(config, round_)
         previous = adapter_dir if round_ > 1 else None
         with run.lap(stage, "policy's episodes, improver's labels"):
@@ -126,11 +132,56 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "reward_mean": None,
             "frac_reward_zero_std_mean": None,
             "adapter_sha256": sha,
-            "resumed_from": None,
+            "resumed_from": resumed,
             "alarms": [],
             "stopped_early": False,
         },
     )
+
+
+def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dict], list[dict], list[float]]:
+    """The rounds the stage folder already holds, to go on from: (their records, their rows, their logged losses).
+    A fork that only raises grpo.rounds shares its base's RL stage (lib/pipeline/fork.py), and its rounds are kept
+    when the record is a finished AggreVaTe stage on the same base model, its adapter on disk is the one it recorded,
+    its rounds played the seeds this config gives them, and it has fewer rounds than asked. Otherwise nothing: the
+    stage starts from round 1, as a re-run of a finished stage always has."""
+    path = run.dir / stage / "stage.json"
+    if not path.is_file():
+        return [], [], []
+    record = run.read_stage(stage)
+    m = record.get("metrics", {})
+    if record.get("status") != "ok" or m.get("mode") != "aggrevate":
+        return [], [], []
+    rounds = m.get("rounds") or [_legacy_round(record)]  # a record from before grpo.rounds had one round
+    adapter = Path(record["outputs"]["adapter"])
+    if len(rounds) >= config.grpo.rounds or record["outputs"]["base_model"] != base_model:
+        return [], [], []
+    if not adapter.is_dir() or weights_sha256(adapter) != rounds[-1]["adapter_sha256"]:
+        raise ValueError(
+            f"{path} records {len(rounds)} AggreVaTe round(s) ending in adapter {rounds[-1]['adapter_sha256'][:12]}, "
+            f"but {adapter} is not that adapter: re-run the stage from round 1 on a fresh fork"
+        )
+    for done in rounds:
+        if done["seeds"] != [round_seeds(config, done["round"]).start, round_seeds(config, done["round"]).stop]:
+            raise ValueError(
+                f"{path}: round {done['round']} played seeds {done['seeds']}, not the ones this config gives it "
+                f"({round_seeds(config, done['round'])}); its rounds cannot be continued"
+            )
+    rows = [{"round": 1, **r} for r in read_records(record["outputs"]["rows"])]
+    return rounds, rows, list(m.get("losses") or [])
+
+
+def _legacy_round(record: dict) -> dict:
+    m = record["metrics"]
+    keys = ("rows", "policy_agrees_with_improver", "improver_differs_from_teacher", "steps", "loss_first", "loss_last")
+    return {
+        "round": 1,
+        "seeds": record["inputs"]["seeds"],
+        **{k: m[k] for k in keys},
+        "train_runtime_s": m["train_runtime_s"],
+        "tokens": round((m["tokens_per_s"] or 0) * m["train_runtime_s"]),
+        "adapter_sha256": m["adapter_sha256"],
+    }
 
 
 def _fit(config, run: Run, out, stage: str, base_model: str, previous, rows: list[dict], callbacks):

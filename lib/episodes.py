@@ -279,6 +279,7 @@ class Improver(Policy):
     def __init__(self, spec, reference: str | None = None):
         self.spec, self.reference = spec, reference or spec.teacher
         self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
+        self.last_returns: dict[str, float] = {}  # every candidate's return at the state it last acted in
 
     def begin(self, seed: int) -> None:
         self.seed = seed
@@ -289,6 +290,7 @@ class Improver(Policy):
         returns = candidate_returns(
             self.scratch, self.seed, env.split, list(env.history), observation, self.spec.make_policy(self.reference)
         )
+        self.last_returns = returns
         own = self.teacher.act(observation, env)
         best = max(returns.values())
         if returns.get(own, float("-inf")) >= best - 1e-12:

@@ -161,6 +161,9 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
             spec.make_env(), row["seed"], "train", row["history"], observation, spec.make_policy(spec.teacher)
         )
         assert returns[row["completion"][-1]["content"]] == pytest.approx(max(returns.values()))
+        assert row["label_spread"] == pytest.approx(max(returns.values()) - min(returns.values()))
+    spread = [r["label_spread"] <= 1e-9 for r in rows]
+    assert metrics["frac_states_zero_spread"] == pytest.approx(sum(spread) / len(spread), abs=1e-4)
     assert metrics["improver_differs_from_teacher"] == pytest.approx(
         sum(r["completion"][-1]["content"] != r["teacher"] for r in rows) / len(rows), abs=1e-4
     )

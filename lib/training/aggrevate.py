@@ -92,6 +92,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
                 "rows": len(labelled),
                 "policy_agrees_with_improver": agree,
                 "improver_differs_from_teacher": round(changed / len(labelled), 4),
+                "frac_states_zero_spread": zero_spread(labelled),
                 "steps": trainer.state.global_step,
                 "loss_first": fitted[0] if fitted else None,
                 "loss_last": fitted[-1] if fitted else None,
@@ -119,6 +120,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "rows": len(rows),
             "policy_agrees_with_improver": round(agree, 4),
             "improver_differs_from_teacher": round(changed / len(rows), 4),
+            "frac_states_zero_spread": zero_spread(rows),
             "steps": sum(r["steps"] for r in rounds),
             "kept_step": sum(r["steps"] for r in rounds),
             "train_loss": result["train_loss"],  # the last round's mean over its steps (logged ones: losses)
@@ -137,6 +139,13 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "stopped_early": False,
         },
     )
+
+
+def zero_spread(rows: list[dict]) -> float | None:
+    """The share of labelled states where every candidate's return was the same: the label carries no signal there
+    (AggreVaTe's counterpart of GRPO's frac_reward_zero_std). None for rows labelled before it was recorded."""
+    spreads = [r["label_spread"] for r in rows if "label_spread" in r]
+    return round(sum(s <= 1e-9 for s in spreads) / len(spreads), 4) if spreads else None
 
 
 def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dict], list[dict], list[float]]:
@@ -178,6 +187,7 @@ def _legacy_round(record: dict) -> dict:
         "round": 1,
         "seeds": record["inputs"]["seeds"],
         **{k: m[k] for k in keys},
+        "frac_states_zero_spread": m.get("frac_states_zero_spread"),
         "train_runtime_s": m["train_runtime_s"],
         "tokens": round((m["tokens_per_s"] or 0) * m["train_runtime_s"]),
         "adapter_sha256": m["adapter_sha256"],

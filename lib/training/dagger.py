@@ -62,7 +62,7 @@ def labelled_rows(config, loaded, seeds, labeller: str, source: str) -> tuple[li
     """Rows at every state of the model in `loaded` playing its own greedy episodes on `seeds` (train split), each
     labelled with what the scripted policy `labeller` (the teacher, or the improver) would do there, `source` their
     `label_source`; and the share of those states where the model's own action already was that label."""
-    from ..episodes import scripted_policy
+    from ..episodes import Improver, scripted_policy
     from ..evaluation.closed_loop import run_model_episodes
 
     _, actions = run_model_episodes(config, loaded, seeds, "train", desc=f"{source}: the model's own episodes")
@@ -82,6 +82,9 @@ def labelled_rows(config, loaded, seeds, labeller: str, source: str) -> tuple[li
             own = teacher.act(observation, env)
             label = own if label_policy is teacher else label_policy.act(observation, env)
             rows.append(sft_row(env, observation, seed, position, env.history, action, own, label, source))
+            if isinstance(label_policy, Improver):  # how far apart the candidates' returns are: 0, no signal here
+                returns = label_policy.last_returns.values()
+                rows[-1]["label_spread"] = max(returns) - min(returns)
             result = env.step(action)
             if env.done:
                 break

@@ -130,6 +130,11 @@ class SFTStageConfig(Strict):
         description="recompute activations in the backward pass (TRL's "
         "default): less memory, one more forward per step",
     )
+    group_by_length: bool = Field(
+        False,
+        description="batches of rows of like length (transformers' LengthGroupedSampler, train_sampling_strategy "
+        "group_by_length), so a batch carries little padding; off: random batches (each padded to its longest row)",
+    )
     prompt_loss: bool = Field(
         False,
         description="train on the prompt's tokens too (a language-model loss on every token of the row, TRL's "

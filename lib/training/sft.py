@@ -65,6 +65,7 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
         logging_steps=s.logging_steps,
         save_strategy="no",
         gradient_checkpointing=s.gradient_checkpointing,
+        train_sampling_strategy="group_by_length" if s.group_by_length else "random",
         **tracking_args(config, run, stage),
         seed=config.seed,
         data_seed=config.seed,

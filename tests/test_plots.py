@@ -191,6 +191,20 @@ def test_the_train_holdout_chart_of_a_run_that_left_out_a_split_says_so(run_dir,
     )
 
 
+def test_an_aggrevate_runs_rl_charts_are_its_loss_per_round_and_no_exploration(tmp_path):
+    """`grpo.mode: aggrevate` trains on the improver's labels: its train log has losses (tagged by round), no
+    rewards and no samples. Its reward chart is the loss, a line per round; exploration is left out with the reason."""
+    config = load_config("cpu-smoke", {"grpo.mode": "aggrevate", "grpo.validate_every": 0})
+    _write(tmp_path / plots.MANIFEST, {"config": config.model_dump(mode="json")})
+    log = [{"step": s, "loss": 1.0 / s, "round": r} for r in (1, 2) for s in range(1, 4)] + [{"step": 3, "round": 2}]
+    _write(tmp_path / plots.GRPO_LOG, log)
+    (ax,) = plots.draw(tmp_path, "grpo_reward").figure.axes
+    assert "AggreVaTe" in ax.get_title() and [line.get_label() for line in ax.lines] == ["round 1", "round 2"]
+    assert list(ax.lines[1].get_ydata()) == [1.0, 0.5, 1.0 / 3]
+    chart = plots.draw(tmp_path, "exploration")
+    assert chart.figure is None and "AggreVaTe" in chart.message and "samples nothing" in chart.message
+
+
 def test_input_without_what_the_chart_needs_raises(tmp_path):
     _write(tmp_path / plots.SFT_LOG, [{"step": 8, "train_loss": 6.2}])
     with pytest.raises(ValueError, match="loss"):

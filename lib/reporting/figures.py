@@ -23,6 +23,17 @@ ANTI_HACKING = "evaluate/anti_hacking_report.json"
 POSTSAVE = "postsave/postsave_inference.json"
 
 
+class NothingToDraw(Exception):
+    """The run chose not to measure what a chart shows (for example `eval.ablations: []`): the chart is left out
+    with this reason, and the stage goes on."""
+
+
+def rl_mode(run_dir: Path) -> str:
+    """The run's RL stage (`grpo.mode`), from its manifest: step, every_candidate, soft_target, multi_turn or
+    aggrevate (no GRPO: no rewards, groups or samples to chart)."""
+    return _read(run_dir, MANIFEST)["config"]["grpo"].get("mode", "step")
+
+
 def _read(run_dir: Path, relative: str):
     """A JSON file's object, or a JSONL file's list of objects."""
     text = (run_dir / relative).read_text()

@@ -27,6 +27,7 @@ from .figures import (  # noqa: F401 (the input file names are re-exported: test
     POSTSAVE,
     SFT_LOG,
     VALIDATION,
+    NothingToDraw,
     _figure,
     _grouped_bars,
     _read,
@@ -223,11 +224,6 @@ def postsave(run_dir: Path) -> Figure:
     return figure
 
 
-class NothingToDraw(Exception):
-    """The run chose not to measure what a chart shows (for example `eval.ablations: []`): the chart is left out
-    with this reason, and the stage goes on."""
-
-
 def ablations(run_dir: Path) -> Figure:
     """Each ablation's holdout mean return (95% CI), and its paired difference with what it is compared with."""
     recorded = _read(run_dir, EVAL)["ablations"]
@@ -264,9 +260,9 @@ def ablations(run_dir: Path) -> Figure:
 CHARTS: dict[str, tuple[Callable[[Path], Figure], tuple[str, ...]]] = {
     "baseline_bars": (baseline_bars, (BASELINES,)),
     "sft_loss": (sft_loss, (SFT_LOG,)),
-    "grpo_reward": (grpo_reward, (GRPO_LOG,)),
+    "grpo_reward": (grpo_reward, (GRPO_LOG, MANIFEST)),
     "validation_curve": (validation_curve, (VALIDATION,)),
-    "exploration": (exploration, (GRPO_LOG,)),
+    "exploration": (exploration, (GRPO_LOG, MANIFEST)),
     "reward_components": (reward_components, (MANIFEST, EPISODES)),
     "per_seed_deltas": (per_seed_deltas, (EPISODES, EVAL)),
     "train_holdout_gap": (train_holdout_gap, (EVAL,)),

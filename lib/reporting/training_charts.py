@@ -9,7 +9,18 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..reward import reward_key
-from .figures import EVAL, GRPO_LOG, SFT_LOG, VALIDATION, VALIDATION_REFERENCES, _figure, _read, _rows
+from .figures import (
+    EVAL,
+    GRPO_LOG,
+    SFT_LOG,
+    VALIDATION,
+    VALIDATION_REFERENCES,
+    NothingToDraw,
+    _figure,
+    _read,
+    _rows,
+    rl_mode,
+)
 
 
 def sft_loss(run_dir: Path) -> Figure:
@@ -22,7 +33,10 @@ def sft_loss(run_dir: Path) -> Figure:
 
 
 def grpo_reward(run_dir: Path) -> Figure:
-    """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal."""
+    """GRPO mean reward per step, and the share of prompt groups whose rewards were all equal. An AggreVaTe RL stage
+    has neither: its chart is the loss on the improver's labels per step, a line per round."""
+    if rl_mode(run_dir) == "aggrevate":
+        return _aggrevate_loss(run_dir)
     rows = _rows(
         run_dir,
         GRPO_LOG,
@@ -41,12 +55,25 @@ def grpo_reward(run_dir: Path) -> Figure:
     return figure
 
 
+def _aggrevate_loss(run_dir: Path) -> Figure:
+    rows = _rows(run_dir, GRPO_LOG, lambda r: "loss" in r, "per-step 'loss' line (fewer steps than logging_steps?)")
+    figure, (ax,) = _figure()
+    for round_ in sorted({r.get("round", 1) for r in rows}):
+        kept = [r for r in rows if r.get("round", 1) == round_]
+        ax.plot([r["step"] for r in kept], [r["loss"] for r in kept], label=f"round {round_}")
+    ax.set(title="AggreVaTe: loss on the improver's labels (no GRPO reward)", xlabel="training step", ylabel="loss")
+    ax.legend(fontsize=8)
+    return figure
+
+
 def exploration(run_dir: Path) -> Figure:
     """Per GRPO step. Step mode: how often some sample beat the teacher's own action at its state, by how much the
     best sample beat it, and (sampling over the candidates) the policy's entropy over the candidate set and its
     probability of the best candidate (lib/reward.py, lib/training/rollout.py). Multi-turn mode: the
     length and mean return of the episodes the policy played, and its entropy at the trained turns
     (lib/training/multiturn.py)."""
+    if rl_mode(run_dir) == "aggrevate":
+        raise NothingToDraw("the RL stage is AggreVaTe (grpo.mode aggrevate): it samples nothing to explore with")
     panels = [
         ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
         ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),

@@ -182,6 +182,38 @@ E2E_OVERRIDES = {
 
 
 @pytest.mark.slow
+def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
+    """`grpo.mode: aggrevate` (cpu-smollm2-polyguard's RL stage) through every stage notebook, two rounds, small: no
+    notebook errs on what an AggreVaTe run has not (rewards, samples, a validation curve; the grpo notebook once did),
+    the report says where the RL signal came from, and every integrity check of the gate passes."""
+    from lib.gate import OUTCOME_CHECKS, run_gate
+
+    run_id = "pytest-aggrevate"
+    run_dir = REPO / "outputs" / run_id
+    shutil.rmtree(run_dir, ignore_errors=True)
+    overrides = {
+        **E2E_OVERRIDES,
+        "corpus.sft_episodes": 8,
+        "sft.logging_steps": 1,
+        "grpo.mode": "aggrevate",
+        "grpo.rounds": 2,
+    }
+    run_stages(run_id, "cpu-smoke", overrides={**overrides, "grpo.validate_every": 0})
+    for stage in STAGE_NOTEBOOKS:
+        executed = _load(run_dir / stage / f"{stage}.ipynb")
+        errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, (stage, errors)
+    grpo = _load(run_dir / "grpo" / "grpo.ipynb")
+    printed = "".join(_text(c) for c in grpo.cells if c.cell_type == "code")
+    assert "round 1: " in printed and "round 2: " in printed
+    assert "AggreVaTe" in (run_dir / "report.md").read_text()
+    verdict = run_gate(run_dir, write=False)
+    integrity = [c for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS]
+    assert integrity and all(c["passed"] for c in integrity), [c for c in integrity if not c["passed"]]
+    shutil.rmtree(run_dir)
+
+
+@pytest.mark.slow
 def test_one_run_runner_from_a_bare_vm_end_to_end_on_cpu_smoke(tmp_path):
     """Colab, simulated: One_Run_Runner.ipynb alone in an empty folder, run by papermill in a kernel of a fresh venv
     holding only torch and ipykernel, with WORKBOOK_REPO set to a git repo of the current working tree. Its bootstrap

@@ -185,6 +185,11 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "runs on a CPU, not on a GPU (slower there) nor with grpo.gradient_checkpointing true. docs/RESULTS.md, "
         "'2026-11-28 (midday)'",
     ),
+    "model.keep_layers": (
+        None,
+        "SmolLM2 cut to 10 or 16 layers started SFT at an answer loss of 30 against 2.07 whole, and no subset of its "
+        "layers did better than 11.7: docs/RESULTS.md, '2026-11-27 (before midnight)'",
+    ),
     "grpo.turn_weight": (
         "episode",
         "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "

@@ -107,12 +107,6 @@ class ModelConfig(Strict):
         "T4); on a CPU bf16 where it has bf16 instructions (AMX or avx512_bf16), else fp32. bf16 on a CPU without "
         "them is an error; fp16 on a CPU means fp32. The run records the precision it resolved to and the CPU's flags",
     )
-    keep_layers: int | None = Field(
-        None,
-        ge=1,
-        description="a pretrained model cut to its first this-many decoder layers (the final norm and output layer "
-        "kept; SFT's LoRA heals the cut): a cheaper learner. More layers than the model has is an error; None: all",
-    )
 
 
 class SFTStageConfig(Strict):

@@ -135,7 +135,6 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
     else:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = keep_layers(model, model_config.keep_layers)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -144,28 +143,7 @@ def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: 
 
 
 class DepthCutError(ValueError):
-    """model.keep_layers asks for more layers than the model has, or none."""
-
-
-def keep_layers(model, layers: int | None):
-    """`model` cut to its first `layers` decoder layers (the final norm and the output layer kept): a cheaper learner
-    whose SFT heals the cut. None keeps every layer; a model already that shallow (a saved SFT of a cut model) is
-    returned as it is."""
-    if layers is None:
-        return model
-    decoder = model.get_decoder()
-    have = len(decoder.layers)
-    if layers > have:
-        raise DepthCutError(
-            f"model.keep_layers is {layers}, but the model has only {have} decoder layers: choose 1 to {have}"
-        )
-    if layers == have:
-        return model
-    decoder.layers = decoder.layers[:layers]
-    model.config.num_hidden_layers = layers
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = model.config.layer_types[:layers]
-    return model
+    """model.lora.top_layers asks for more layers than the model has, or none."""
 
 
 def with_lora(model, model_config: ModelConfig, backend: str):

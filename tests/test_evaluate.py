@@ -592,7 +592,6 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     assert 1 <= report["distinct_actions"] and 1 <= report["teacher_distinct_actions"]
     assert report["learner"] == {
         "model": "tiny",
-        "keep_layers": None,
         "lora_top_layers": None,
         "precision": "fp32",
         "labels": config.spec.teacher,

@@ -63,24 +63,9 @@ def test_bf16_candidate_scores_differ_from_fp32_by_rounding_only(monkeypatch, fo
         assert max(differences) > 0  # it did compute in bf16
 
 
-def test_a_cut_keeps_the_first_layers_and_a_cut_deeper_than_the_model_is_an_error(folder):
-    model, _, _ = load_model(folder, _local(folder, keep_layers=2))
-    assert len(model.get_decoder().layers) == 2 and model.config.num_hidden_layers == 2
-    full, _, _ = load_model(folder, _local(folder))
-    first = full.get_decoder().layers[0].self_attn.q_proj.weight
-    assert torch.equal(model.get_decoder().layers[0].self_attn.q_proj.weight, first)
-    with pytest.raises(DepthCutError, match="keep_layers is 5, but the model has only 4 decoder layers"):
-        load_model(folder, _local(folder, keep_layers=5))
-    with pytest.raises(ConfigError, match="model.keep_layers"):
-        load_config("gpu-smollm2", {"model.keep_layers": 0})
-
-
-def test_a_saved_cut_model_loads_again_under_the_same_setting(folder, tmp_path):
-    model, tokenizer, _ = load_model(folder, _local(folder, keep_layers=3))
-    model.save_pretrained(tmp_path / "cut")
-    tokenizer.save_pretrained(tmp_path / "cut")
-    again, _, _ = load_model(tmp_path / "cut", _local(tmp_path / "cut", keep_layers=3))
-    assert len(again.get_decoder().layers) == 3
+def test_the_retired_depth_cut_is_refused_by_name():
+    with pytest.raises(ConfigError, match="model.keep_layers: retired, measured not to help"):
+        load_config("gpu-smollm2", {"model.keep_layers": 10})
 
 
 def test_adapters_on_the_top_layers_only_and_a_count_past_the_model_is_an_error(folder):

@@ -36,7 +36,7 @@ from ..io import atomic_write_json, read_records
 from ..runs import Run, hardware, package_versions
 
 # today's path: the full pretrained model in fp32 with adapters on every layer, every prompt read whole
-TODAY = {"model.precision": "fp32", "model.keep_layers": None, "model.lora.top_layers": None}
+TODAY = {"model.precision": "fp32", "model.lora.top_layers": None}
 
 
 def _answer_loss_rows(tokenizer, rows: list[dict]) -> list[tuple[list[int], int]]:
@@ -137,7 +137,6 @@ def measure_learner(
         "model": {
             "name": config.model.name,
             "precision": sft["metrics"].get("precision"),
-            "keep_layers": config.model.keep_layers,
             "lora_top_layers": config.model.lora.top_layers,
             "share_prefix": share_prefix,
             "list_candidates": config.env_args.get("list_candidates", True),

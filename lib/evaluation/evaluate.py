@@ -227,7 +227,6 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
         # the learner: which model, the layers it keeps, the precision it ran in, and whose labels it learned
         "learner": {
             "model": config.model.name,
-            "keep_layers": config.model.keep_layers,
             "lora_top_layers": None if is_tiny(config.model) else config.model.lora.top_layers,
             "precision": sft["metrics"].get("precision", "fp32"),
             "labels": config.corpus.sft_policy or teacher_name,

@@ -190,6 +190,11 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "SmolLM2 cut to 10 or 16 layers started SFT at an answer loss of 30 against 2.07 whole, and no subset of its "
         "layers did better than 11.7: docs/RESULTS.md, '2026-11-27 (before midnight)'",
     ),
+    "grpo.train_turns": (
+        "all",
+        "training one drawn turn per episode trained 96 of 656 played turns in 241 CPU s where every turn trained 650 "
+        "of 659 in 154 s: docs/RESULTS.md, '2026-11-26: learning per CPU-minute'; retired for sft.group_by_length",
+    ),
     "grpo.turn_weight": (
         "episode",
         "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "

@@ -222,16 +222,10 @@ class GRPOStageConfig(Strict):
     max_turns: int = Field(
         300, ge=1, description="multi_turn: an episode still running after this many turns is cut off (reward 0)"
     )
-    train_turns: Literal["all", "one"] = Field(
-        "all",
-        description="multi_turn: which played turns become training rows: all of them (each with its episode's "
-        "advantage against its group), or one drawn uniformly per episode (the earlier recipe)",
-    )
-
     turn_rows: int = Field(
         8,
         ge=1,
-        description="multi_turn with train_turns all: training rows per played episode. A start's group has "
+        description="multi_turn: training rows per played episode (every played turn trains). A start's group has "
         "num_generations x turn_rows rows: fewer played turns are padded with masked rows, more are subsampled "
         "uniformly (reweighted so the expected update is unchanged)",
     )

@@ -141,6 +141,8 @@ def test_a_retired_setting_in_a_new_config_is_an_error_naming_its_evidence(tmp_p
         assert f"{dotted}: retired, measured not to help" in str(error.value)
     with pytest.raises(ConfigError, match="Rare decisions trained more often"):
         load_config("cpu-smoke-sentinel_trust", {"sft.kind_balance": 0.75})
+    with pytest.raises(ConfigError, match="96 of 656 played turns"):
+        load_config("cpu-smoke", {"grpo.train_turns": "one"})
     profile = tmp_path / "mine.yaml"
     profile.write_text((PROFILES_DIR / "cpu-smoke.yaml").read_text().replace("corpus:\n", "corpus:\n  sft_label: x\n"))
     with pytest.raises(ConfigError, match="corpus.sft_label: retired"):

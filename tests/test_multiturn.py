@@ -117,16 +117,6 @@ def test_every_row_is_a_turn_the_policy_played_with_its_episode_advantage_and_th
         assert remote[key] == out[key], key
 
 
-def test_one_turn_per_episode_is_the_earlier_recipe(multi_turn_run):
-    from lib.inference import load_policy_model
-
-    config, run, _ = multi_turn_run
-    model, tokenizer, _ = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
-    out, _, g = _rollout_output(config, model, tokenizer, train_turns="one")
-    assert rows_per_start(g) == 4 and len(out["row_reward"]) == 8 and all(out["row_trained"])
-    assert out["row_reward"] == out["episode_return"]  # TRL computes the group advantages itself
-
-
 def test_replay_returns_equal_the_evaluated_returns_and_a_missing_seed_falls_back(multi_turn_run):
     import urllib.request
 

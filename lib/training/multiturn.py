@@ -9,16 +9,15 @@ they are played against that server over the wire (lib/serve/remote.py), the sam
 
 What TRL trains on. TRL's loss takes one (prompt, completion) per row, and the policy acts on one rendered state at
 a time, so each played turn is a row: that turn's own prompt and the answer the policy gave there.
-- `grpo.train_turns: all` (default): every played turn is a row. Its reward is its episode's advantage against the
+Every played turn is a row. Its reward is its episode's advantage against the
   start's group, A = R - mean(R) (divided by the group's std when `scale_rewards` is group, the batch's when batch),
   times the turn's weight mean_T / T (each episode counts once, as a uniform draw of one turn does in expectation;
   weighting every turn 1, REINFORCE's sum over the episode, was measured and retired: docs/RESULTS.md). A start owns
   `num_generations x turn_rows` rows (TRL's group): fewer turns are padded with rows masked out of the loss
   (`env_mask` 0, reward 0), more are subsampled uniformly with weight played/kept. TRL then gets the rows as
   finished advantages (`scale_rewards` none); with episode weights and no subsampling they sum to zero over the
-  group, so TRL's own mean subtraction changes nothing.
-- `grpo.train_turns: one`: each episode contributes one turn drawn uniformly, its reward the episode return, and TRL
-  computes the group advantages as in step mode (the earlier recipe, kept for paired comparisons).
+  group, so TRL's own mean subtraction changes nothing. (Training one uniformly drawn turn per episode, the earlier
+  recipe `grpo.train_turns: one`, trained 96 of 656 played turns in more CPU time; it was retired: docs/RESULTS.md.)
 
 Logged every step (multi_turn/*): mean episode length, share cut off at `grpo.max_turns`, mean return, turns
 played and trained; explore/candidate_entropy, the policy's entropy over the candidates at the trained turns.
@@ -79,7 +78,7 @@ def episode_starts(spec, seeds: list[int], split: str = "train") -> list[dict]:
 
 def rows_per_start(grpo) -> int:
     """TRL's group size in multi_turn mode: the rows one episode start owns."""
-    return grpo.num_generations * (grpo.turn_rows if grpo.train_turns == "all" else 1)
+    return grpo.num_generations * grpo.turn_rows
 
 
 def environment_pool(spec, env_url: str | None = None):
@@ -151,7 +150,7 @@ def _advantages(returns: list[float], groups: int, scale: str) -> list[float]:
 
 
 def turn_rows(played: list[Played], episodes_per_start: int, rows_per_episode: int, *, scale: str, generator):
-    """The training rows of `played` in `train_turns: all` mode: per start exactly `episodes_per_start x
+    """The training rows of `played` (multi_turn mode): per start exactly `episodes_per_start x
     rows_per_episode` rows; see the module docstring for the rewards, the padding and the subsampling. Returns the
     rows and every episode's return."""
     returns = [p.episode.episode_return for p in played]  # a cut-off episode's is 0
@@ -223,16 +222,9 @@ def multi_turn_rollout(spec, starts: list[dict], grpo, seed: int, env_url: str |
         finally:
             release()
         picker = torch.Generator().manual_seed(zlib.crc32(f"{key}/turns".encode()))
-        if grpo.train_turns == "all":
-            rows, returns = turn_rows(
-                played, grpo.num_generations, grpo.turn_rows, scale=grpo.scale_rewards, generator=picker
-            )
-        else:
-            returns = [p.episode.episode_return for p in played]  # a cut-off episode's is 0
-            rows = []
-            for index, p in enumerate(played):
-                turn = p.turns[int(torch.randint(len(p.turns), (1,), generator=picker))]
-                rows.append(TrainRow(turn, returns[index], True, index))
+        rows, returns = turn_rows(
+            played, grpo.num_generations, grpo.turn_rows, scale=grpo.scale_rewards, generator=picker
+        )
         episodes = [p.episode for p in played]
         trained = [r for r in rows if r.trained]
         lengths = [len(p.turns) for p in played]

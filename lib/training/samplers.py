@@ -68,7 +68,7 @@ def sampler(config: RunConfig, rows: list[dict], tokenizer, out: Path) -> dict:
                 "num_generations": group,
                 "per_device_train_batch_size": group,
                 "gradient_accumulation_steps": g.batch_size // g.num_generations,
-                **({"scale_rewards": "none"} if g.train_turns == "all" else {}),
+                "scale_rewards": "none",
             },
         }
     rollout = None

@@ -235,7 +235,8 @@ class GRPOStageConfig(Strict):
         0,
         ge=0,
         description="every this many steps (and at the first and last) the policy plays greedy closed-loop "
-        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); 0: never",
+        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); 0: never. In mode aggrevate "
+        "any value > 0 validates the SFT policy and the policy after each round",
     )
     validation_episodes: int = Field(32, ge=1, description="validation seeds (train split, their own seed block)")
     keep: Literal["best", "last"] = Field(
@@ -267,11 +268,15 @@ class GRPOStageConfig(Strict):
             raise ValueError(
                 f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
             )
-        if self.mode == "aggrevate" and (self.beta or self.validate_every):
+        if self.mode == "aggrevate" and self.beta:
             raise ValueError(
-                f"grpo.mode aggrevate fits the improver's labels with TRL's SFTTrainer: it has no KL term and no "
-                f"validation curve; set grpo.beta 0 (is {self.beta}) and grpo.validate_every 0 (is "
-                f"{self.validate_every})"
+                f"grpo.mode aggrevate fits the improver's labels with TRL's SFTTrainer: it has no KL term; set "
+                f"grpo.beta 0 (is {self.beta})"
+            )
+        if self.mode == "aggrevate" and self.validate_every and self.keep != "last":
+            raise ValueError(
+                "grpo.mode aggrevate validates the SFT policy and each round's (any validate_every > 0), and keeps "
+                "the last round's adapter, which a further round trains on: set grpo.keep last (is best)"
             )
         if self.rounds > 1 and self.mode != "aggrevate":
             raise ValueError(f"grpo.rounds ({self.rounds}) counts AggreVaTe rounds; it needs grpo.mode aggrevate")

@@ -91,8 +91,10 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     from lib.training.dagger import AGGREVATE_SEED_OFFSET
     from lib.training.grpo import run_grpo
 
-    with pytest.raises(ConfigError, match="no KL term and no validation curve"):
-        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.validate_every": 2})
+    with pytest.raises(ConfigError, match="no KL term"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.beta": 0.04})
+    with pytest.raises(ConfigError, match="keeps the last round's adapter.*set grpo.keep last"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.validate_every": 1})
     with pytest.raises(ConfigError, match="grpo.rounds .2. counts AggreVaTe rounds"):
         load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.rounds": 2})
     _, run = source
@@ -170,3 +172,47 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     where = model_artifacts(config, fork)["grpo"]  # the evaluate stage's models: the SFT model and this adapter
     assert where["adapter"] == record["outputs"]["adapter"]
     load_policy_model(where["model"], config.model, where["adapter"])
+
+
+def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_continued_fork_extends_the_curve(
+    source, tmp_path
+):
+    """With grpo.validate_every > 0 the SFT policy and each round's policy play the validation seeds: one point per
+    policy at its cumulative training step, tagged with its round; the stage records the best point and how far the
+    kept (last) round fell short of it. A fork that adds a round extends the base's curve by one point."""
+    import json
+
+    from lib.inference import load_policy_model
+    from lib.pipeline.fork import fork_run
+    from lib.training.grpo import run_grpo
+    from lib.training.validation import read_curve, validation_point
+
+    _, run = source
+    target = tmp_path / "run"
+    shutil.copytree(run.dir, target)
+    settings = {"grpo.mode": "aggrevate", "grpo.validate_every": 1, "grpo.keep": "last", "grpo.validation_episodes": 3}
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, **settings})
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["config"] = config.model_dump(mode="json")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    metrics = run_grpo(config, Run(target, config))["metrics"]
+    (first,) = metrics["rounds"]
+    points = read_curve(target / "grpo" / "validation.jsonl")
+    assert [(p["round"], p["step"], p["n"]) for p in points] == [(0, 0, 3), (1, first["steps"], 3)]
+    model, tokenizer, _ = load_policy_model(run.read_stage("sft")["outputs"]["model"], config.model)
+    assert validation_point(config, model, tokenizer, 0, round=0) == points[0]  # the SFT policy, as evaluated
+    levels = json.loads((target / "grpo" / "validation_references.json").read_text())
+    assert {"teacher", "oracle"} <= set(levels) and levels["n"] == 3
+    config, fork = fork_run(target, tmp_path / "more", {"grpo.rounds": 2})
+    metrics = run_grpo(config, fork)["metrics"]
+    second = metrics["rounds"][1]
+    points = read_curve(fork.dir / "grpo" / "validation.jsonl")
+    assert [(p["round"], p["step"]) for p in points] == [
+        (0, 0),
+        (1, first["steps"]),
+        (2, first["steps"] + second["steps"]),
+    ]
+    best = max(points, key=lambda p: (p["mean_return"], -p["step"]))
+    assert metrics["validation_best_step"] == best["step"] and metrics["kept_step"] == points[-1]["step"]
+    assert metrics["validation_last_minus_best"] == pytest.approx(points[-1]["mean_return"] - best["mean_return"])
+    assert len(read_curve(target / "grpo" / "validation.jsonl")) == 2  # the base's curve is untouched

@@ -184,7 +184,8 @@ E2E_OVERRIDES = {
 @pytest.mark.slow
 def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
     """`grpo.mode: aggrevate` (cpu-smollm2-polyguard's RL stage) through every stage notebook, two rounds, small: no
-    notebook errs on what an AggreVaTe run has not (rewards, samples, a validation curve; the grpo notebook once did),
+    notebook errs on what an AggreVaTe run has not (rewards, samples; the grpo notebook once did), its validation curve
+    has a point per policy (the SFT's and each round's),
     the report says where the RL signal came from, and every integrity check of the gate passes."""
     from lib.gate import OUTCOME_CHECKS, run_gate
 
@@ -198,7 +199,7 @@ def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
         "grpo.mode": "aggrevate",
         "grpo.rounds": 2,
     }
-    run_stages(run_id, "cpu-smoke", overrides={**overrides, "grpo.validate_every": 0})
+    run_stages(run_id, "cpu-smoke", overrides={**overrides, "grpo.validate_every": 1, "grpo.keep": "last"})
     for stage in STAGE_NOTEBOOKS:
         executed = _load(run_dir / stage / f"{stage}.ipynb")
         errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
@@ -207,6 +208,8 @@ def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
     printed = "".join(_text(c) for c in grpo.cells if c.cell_type == "code")
     assert "round 1: " in printed and "round 2: " in printed
     assert "AggreVaTe" in (run_dir / "report.md").read_text()
+    curve = [json.loads(line) for line in (run_dir / "grpo" / "validation.jsonl").read_text().splitlines()]
+    assert [p["round"] for p in curve] == [0, 1, 2] and (run_dir / "charts" / "validation_curve.png").is_file()
     verdict = run_gate(run_dir, write=False)
     integrity = [c for c in verdict["checks"] if c["name"] not in OUTCOME_CHECKS]
     assert integrity and all(c["passed"] for c in integrity), [c for c in integrity if not c["passed"]]

@@ -203,6 +203,12 @@ def test_an_aggrevate_runs_rl_charts_are_its_loss_per_round_and_no_exploration(t
     assert list(ax.lines[1].get_ydata()) == [1.0, 0.5, 1.0 / 3]
     chart = plots.draw(tmp_path, "exploration")
     assert chart.figure is None and "AggreVaTe" in chart.message and "samples nothing" in chart.message
+    curve = [{"step": s, "round": r, "n": 4, "mean_return": m, "ci95": [m - 0.1, m + 0.1]} for r, s, m in
+             ((0, 0, 0.5), (1, 6, 0.8), (2, 12, 0.75))]  # fmt: skip
+    _write(tmp_path / plots.VALIDATION, curve)
+    (ax,) = plots.draw(tmp_path, "validation_curve").figure.axes
+    assert "AggreVaTe" in ax.get_title() and list(ax.lines[0].get_ydata()) == [0.5, 0.8, 0.75]
+    assert [t.get_text() for t in ax.texts] == ["round 0", "round 1", "round 2"]
 
 
 def test_input_without_what_the_chart_needs_raises(tmp_path):

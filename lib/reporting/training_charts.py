@@ -128,7 +128,12 @@ def validation_curve(run_dir: Path) -> Figure:
             [kept], [final["mean_return"]], yerr=[[final["mean_return"] - low], [high - final["mean_return"]]],
             fmt="D", color="black", capsize=4, label=f"kept adapter (step {kept}) on holdout ({final['n']} seeds)",
         )  # fmt: skip
-    ax.set(title=f"GRPO validation curve ({points[0]['n']} episodes)", xlabel="GRPO step", ylabel="mean return")
+    title, xlabel = f"GRPO validation curve ({points[0]['n']} episodes)", "GRPO step"
+    if "round" in points[0]:  # an AggreVaTe stage: one point per policy, the SFT's (round 0) and each round's
+        title, xlabel = f"AggreVaTe validation curve ({points[0]['n']} episodes)", "training step (round marked)"
+        for p in points:
+            ax.annotate(f"round {p['round']}", (p["step"], p["mean_return"]), textcoords="offset points", xytext=(4, 6))
+    ax.set(title=title, xlabel=xlabel, ylabel="mean return")
     ax.legend(fontsize=7, loc="best")
     return figure
 

@@ -18,6 +18,11 @@ gate and the report read it the same way.
 fresh episodes on the next seeds of the block, the improver labels the states it reached, and round k-1's adapter is
 trained further on those rows. One round labels only states the SFT policy reaches; a state that follows an action
 the teacher never takes (a substitution, say) is first reached, and labelled, in round 2.
+
+With `grpo.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
+lib/training/validation.py), so the stage has a learning curve over its rounds in grpo/validation.jsonl, its points
+at the cumulative training step, each with its `round` (0: the SFT). The last round's adapter is kept (`grpo.keep:
+last`): a further round trains it on.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ from datasets import Dataset
 
 from ..episodes import Improver
 from ..inference import load_policy_model
-from ..io import atomic_write_text, read_records
+from ..io import append_record, atomic_write_text, read_records
 from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
 from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, save_atomically
 from .sft import sft_args
+from .validation import best_point, read_curve, validation_point, write_references
 
 
 def round_seeds(config, round_: int) -> range:
@@ -58,11 +64,15 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
         atomic_write_text(out / "train_log.jsonl", logged)
     resumed = {"round": len(rounds), "adapter_sha256": rounds[-1]["adapter_sha256"]} if rounds else None
     run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds, resumed_from=resumed)
+    curve = Curve(config, out) if g.validate_every else None
     for round_ in range(len(rounds) + 1, g.rounds + 1):
         seeds = round_seeds(config, round_)
         previous = adapter_dir if round_ > 1 else None
+        policy = load_policy_model(base_model, config.model, previous)
+        if curve is not None:  # the policy this round plays with: the SFT's, or the previous round's
+            with run.lap(stage, "validation"):
+                curve.point(policy, sum(r["steps"] for r in rounds), round_ - 1)
         with run.lap(stage, "policy's episodes, improver's labels"):
-            policy = load_policy_model(base_model, config.model, previous)
             labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
             del policy
         if not labelled:
@@ -102,6 +112,11 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             }
         )
         del trainer
+    kept = {"kept_step": sum(r["steps"] for r in rounds)}
+    if curve is not None:
+        with run.lap(stage, "validation"):
+            curve.point(load_policy_model(base_model, config.model, adapter_dir), kept["kept_step"], len(rounds))
+        kept.update(curve.summary())
     runtime = sum(r["train_runtime_s"] for r in rounds)
     changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in rows)
     agree = sum(r["policy_agrees_with_improver"] * r["rows"] for r in rounds) / len(rows)
@@ -122,7 +137,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "improver_differs_from_teacher": round(changed / len(rows), 4),
             "frac_states_zero_spread": zero_spread(rows),
             "steps": sum(r["steps"] for r in rounds),
-            "kept_step": sum(r["steps"] for r in rounds),
+            **kept,
             "train_loss": result["train_loss"],  # the last round's mean over its steps (logged ones: losses)
             "losses": losses,
             "loss_first": losses[0] if losses else None,
@@ -139,6 +154,34 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "stopped_early": False,
         },
     )
+
+
+class Curve:
+    """The stage's validation curve over its rounds (grpo/validation.jsonl; a continued fork's goes on from its
+    base's points)."""
+
+    def __init__(self, config, out: Path):
+        self.config, self.path = config, Path(out) / "validation.jsonl"
+        write_references(config, out)
+
+    def point(self, loaded, step: int, round_: int) -> None:
+        done = {p["step"] for p in read_curve(self.path)} if self.path.exists() else set()
+        if step in done:
+            return
+        model, tokenizer, _ = loaded
+        point = validation_point(self.config, model, tokenizer, step, round=round_)
+        append_record(self.path, point)
+        print(f"validation after round {round_} (step {step}): {point['mean_return']:.3f}")
+
+    def summary(self) -> dict:
+        """The best point and how far the last (the kept adapter's) fell short of it: the stable bar's reading."""
+        points = read_curve(self.path)
+        best = best_point(points)
+        return {
+            "validation_best_step": best["step"],
+            "validation_best": best["mean_return"],
+            "validation_last_minus_best": round(points[-1]["mean_return"] - best["mean_return"], 4),
+        }
 
 
 def zero_spread(rows: list[dict]) -> float | None:

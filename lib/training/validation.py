@@ -36,6 +36,54 @@ def best_point(points: list[dict]) -> dict | None:
     return max(points, key=lambda p: (p["mean_return"], -p["step"]), default=None)
 
 
+def validation_point(config, model, tokenizer, step: int, **extra) -> dict:
+    """`model` (eval mode while it plays) on the validation seeds, greedy and closed loop: the curve's point at
+    `step` (its mean return with a 95% CI, invalid rate, and `extra`)."""
+    from ..evaluation.closed_loop import run_model_episodes, summarize
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            episodes, actions = run_model_episodes(
+                config,
+                (model, tokenizer, {"policy": "grpo", "step": step}),
+                validation_seeds(config.grpo.validation_episodes),
+                "train",
+                desc=None,
+            )
+    finally:
+        model.train(was_training)
+    summary = summarize(episodes, actions, resamples=1000)
+    return {"step": step, **extra, **{k: summary[k] for k in ("n", "mean_return", "ci95", "invalid_rate")}}
+
+
+def save_adapter_best(model, tokenizer, out: Path) -> None:
+    """`model`'s adapter as `out`/adapter_best, replaced atomically."""
+    target = Path(out) / "adapter_best"
+    tmp = target.with_name(".adapter_best.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, **saved_adapters(model))
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+
+
+def write_references(config, out: Path) -> None:
+    """The teacher's and the oracle's mean return on the validation seeds (scripted, milliseconds): the levels the
+    curve is drawn against (`grpo/validation_references.json`)."""
+    from ..evaluation.closed_loop import summarize
+    from ..evaluation.scripted import run_policy_episodes
+
+    spec, seeds = config.spec, validation_seeds(config.grpo.validation_episodes)
+    levels = {}
+    for role in ("teacher", "oracle"):
+        name = getattr(spec, role)
+        summary = summarize(*run_policy_episodes(spec, name, seeds, "train"), resamples=1000)
+        levels[role] = {"policy": name, "mean_return": summary["mean_return"], "ci95": summary["ci95"]}
+    atomic_write_json(Path(out) / REFERENCES, {"split": "train", "n": len(seeds), **levels})
+
+
 class ValidationCallback(TrainerCallback):
     """Plays the validation episodes at step 0 (the SFT policy), every `every` steps and at the last step."""
 
@@ -51,37 +99,15 @@ class ValidationCallback(TrainerCallback):
             self.best, self.done_steps = best_point(points), {p["step"] for p in points}
 
     def _validate(self, step: int) -> None:
-        from ..evaluation.closed_loop import run_model_episodes, summarize
-
         if step in self.done_steps:
             return
         model = self.policy["model"]
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                episodes, actions = run_model_episodes(
-                    self.config,
-                    (model, self.tokenizer, {"policy": "grpo", "step": step}),
-                    validation_seeds(self.config.grpo.validation_episodes),
-                    "train",
-                    desc=None,
-                )
-        finally:
-            model.train(was_training)
-        summary = summarize(episodes, actions, resamples=1000)
-        point = {"step": step, **{k: summary[k] for k in ("n", "mean_return", "ci95", "invalid_rate")}}
+        point = validation_point(self.config, model, self.tokenizer, step)
         append_record(self.path, point)
         self.done_steps.add(step)
         if self.best is None or point["mean_return"] > self.best["mean_return"]:
             self.best = point
-            target = self.out / "adapter_best"
-            tmp = target.with_name(".adapter_best.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            model.save_pretrained(tmp, **saved_adapters(model))
-            self.tokenizer.save_pretrained(tmp)
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
+            save_adapter_best(model, self.tokenizer, self.out)
             if self.anchor:
                 refresh_anchor(model)
         print(
@@ -89,22 +115,8 @@ class ValidationCallback(TrainerCallback):
             f"step {self.best['step']})"
         )
 
-    def _references(self) -> None:
-        """The teacher's and the oracle's mean return on the same validation seeds (scripted, milliseconds): the
-        levels the curve is drawn against (`grpo/validation_references.json`)."""
-        from ..evaluation.closed_loop import summarize
-        from ..evaluation.scripted import run_policy_episodes
-
-        spec, seeds = self.config.spec, validation_seeds(self.config.grpo.validation_episodes)
-        levels = {}
-        for role in ("teacher", "oracle"):
-            name = getattr(spec, role)
-            summary = summarize(*run_policy_episodes(spec, name, seeds, "train"), resamples=1000)
-            levels[role] = {"policy": name, "mean_return": summary["mean_return"], "ci95": summary["ci95"]}
-        atomic_write_json(self.out / REFERENCES, {"split": "train", "n": len(seeds), **levels})
-
     def on_train_begin(self, args, state, control, **kwargs):
-        self._references()
+        write_references(self.config, self.out)
         if self.anchor and self.best is not None:  # resumed: hold to the point the run held to before it stopped
             load_anchor(self.policy["model"], self.out / "adapter_best")
         self._validate(state.global_step)

@@ -8,6 +8,7 @@ that they still are.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..runs import read_json_record
@@ -97,10 +98,30 @@ SEED_COLUMNS = (
     "GRPO - teacher",
     "gap closure (oracle)",
     "gap closure (improver)",
+    "no spread",
+    "validation last - best",
 )
 
 
-def _seed_row(report: dict, entry: dict, seed: int, mode: str, split: str) -> list[str]:
+def _run_bars(run_dir: Path) -> list[str]:
+    """The run's exploration and stability readings: the share of GRPO groups without reward spread averaged over
+    the run (an AggreVaTe stage: of its labelled states where every candidate ties), and its last validation point
+    minus its best (grpo/validation.jsonl); n/a where the run has none."""
+    path = run_dir / "grpo" / "stage.json"
+    metrics = read_json_record(path, "the RL stage's record").get("metrics", {}) if path.is_file() else {}
+    spread = metrics.get("frac_reward_zero_std_mean")
+    spread = metrics.get("frac_states_zero_spread") if spread is None else spread
+    curve = run_dir / "grpo" / "validation.jsonl"
+    points = [json.loads(line) for line in curve.read_text().splitlines() if line.strip()] if curve.is_file() else []
+    if points:
+        points.sort(key=lambda p: p["step"])
+        last_minus_best = f"{points[-1]['mean_return'] - max(p['mean_return'] for p in points):+.3f}"
+    else:
+        last_minus_best = "n/a"
+    return ["n/a" if spread is None else f"{spread:.3f}", last_minus_best]
+
+
+def _seed_row(report: dict, entry: dict, seed: int, mode: str, split: str, bars: list[str]) -> list[str]:
     role = report["roles"]
     policies = entry["policies"]
     means = [
@@ -111,7 +132,7 @@ def _seed_row(report: dict, entry: dict, seed: int, mode: str, split: str) -> li
         _signed(entry[key]) if "mean" in entry.get(key, {}) else "n/a"
         for key in ("gap_closure", "gap_closure_improver")
     ]
-    return [report["env"], str(seed), mode, split, *means, _signed(entry["paired"]["grpo-teacher"]), *gaps]
+    return [report["env"], str(seed), mode, split, *means, _signed(entry["paired"]["grpo-teacher"]), *gaps, *bars]
 
 
 def _split_entries(run_dir: Path, report: dict, splits: tuple[str, ...]) -> list[tuple[str, dict]]:
@@ -132,14 +153,15 @@ def seed_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout",
     """Runs of several environments and seeds: one row per (environment, seed, split) with the RL stage's mode
     (`grpo.mode`: GRPO's, or aggrevate), SFT, GRPO (the RL stage's model), the teacher, the improver and the oracle
     (mean returns), GRPO - teacher paired by seed with its 95% CI, and the gap closure toward the oracle and toward
-    the improver. A split the evaluate stage did not play is read from the run's quickcheck of it, if any."""
+    the improver; then the run's exploration and stability readings (`_run_bars`). A split the evaluate stage did not
+    play is read from the run's quickcheck of it, if any."""
     lines = ["| " + " | ".join(SEED_COLUMNS) + " |", "|" + " --- |" * len(SEED_COLUMNS)]
     for run_dir in map(Path, run_dirs):
         report = _eval(run_dir)
         config = read_json_record(run_dir / "manifest.json", "the run's manifest")["config"]
-        mode = config["grpo"].get("mode", "step")
+        mode, bars = config["grpo"].get("mode", "step"), _run_bars(run_dir)
         lines += [
-            "| " + " | ".join(_seed_row(report, entry, config["seed"], mode, label)) + " |"
+            "| " + " | ".join(_seed_row(report, entry, config["seed"], mode, label, bars)) + " |"
             for label, entry in _split_entries(run_dir, report, splits)
         ]
     return "\n".join(lines)

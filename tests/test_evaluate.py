@@ -633,3 +633,26 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
     (bare / "sft" / "check_holdout.json").write_text(json.dumps({**written, "env": "json_tasks"}))
     with pytest.raises(ValueError, match="within one environment"):
         sft_check(config, run, episodes=2, vs=bare)
+
+
+def test_a_quickcheck_of_the_grpo_model_alone_pairs_with_its_base_run(done, tmp_path):
+    """`quickcheck --models grpo` plays the RL stage's model alone (a fork whose SFT its base already checked) and
+    leaves out the differences that need the SFT; `compare --pairs` reads a split the evaluate stage did not play
+    from a run's quickcheck: the same model on the same seeds pairs at zero."""
+    from lib.evaluation.evaluate import quick_check
+    from lib.reporting.compare import pair_table
+
+    config, run = done
+    base, fork = Run(_copy(run, tmp_path / "a"), config), Run(_copy(run, tmp_path / "b"), config)
+    shutil.rmtree(fork.dir / "evaluate")
+    with pytest.raises(ValueError, match="plays the run's grpo model"):
+        quick_check(config, fork, episodes=3, models=("sft",))
+    with pytest.raises(FileNotFoundError, match="quickcheck.json"):
+        pair_table([base.dir, fork.dir], splits=("holdout",))
+    alone = quick_check(config, fork, episodes=3, models=("grpo",))
+    assert "sft" not in alone["policies"] and set(alone["paired"]) == {"grpo-teacher"}
+    both = quick_check(config, base, episodes=3)
+    assert alone["returns"]["grpo"] == both["returns"]["grpo"] and set(both["paired"]) >= {"grpo-sft", "grpo-teacher"}
+    shutil.rmtree(base.dir / "evaluate")
+    row = pair_table([base.dir, fork.dir], splits=("holdout",)).splitlines()[2]
+    assert "| +0.000 [+0.000, +0.000] |" in row

@@ -35,7 +35,7 @@ def _quickcheck(args) -> int:
     from .evaluate import quick_check
 
     config = read_config(args.run_dir)
-    report = quick_check(config, Run(args.run_dir, config), args.episodes, args.split)
+    report = quick_check(config, Run(args.run_dir, config), args.episodes, args.split, tuple(args.models))
     for name, r in report["policies"].items():
         print(f"{name:<10} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
     for name, d in report["paired"].items():
@@ -98,6 +98,13 @@ def add_verbs(verbs) -> None:
     q.add_argument("--run-dir", type=Path, required=True)
     q.add_argument("--episodes", type=int, default=200)
     q.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
+    q.add_argument(
+        "--models",
+        nargs="+",
+        default=["sft", "grpo"],
+        choices=["sft", "grpo"],
+        help="the run's models to play (grpo alone: a fork whose SFT its base already checked)",
+    )
     q.set_defaults(func=_quickcheck)
     s = verbs.add_parser("sft-check", help="a run's SFT model alone against its teacher, closed loop, paired by seed")
     s.add_argument("--run-dir", type=Path, required=True)

@@ -155,15 +155,19 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     )
 
 
-def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dict:
+def quick_check(config, run, episodes: int = 200, split: str = "holdout", models=("sft", "grpo")) -> dict:
     """Closed-loop check after training: SFT and GRPO act at every step of `episodes` episodes, compared
     paired-by-seed with the environment's random, teacher and oracle policies (gap closure), next to GRPO's exploration
-    record. Writes quickcheck.json (holdout) or quickcheck_<split>.json."""
+    record. `models` ("grpo" alone) leaves the SFT model out, for a fork whose SFT its base already checked; the
+    differences that need it are left out. Writes quickcheck.json (holdout) or quickcheck_<split>.json."""
+    unknown = set(models) - {"sft", "grpo"}
+    if unknown or "grpo" not in models:
+        raise ValueError(f"quickcheck plays the run's grpo model, optionally its sft model; got {list(models)}")
     seeds = range(episodes)
     artifacts = model_artifacts(config, run)
     returns: dict[str, dict[int, float]] = {}
     summary = {}
-    for name in ("sft", "grpo"):
+    for name in models:
         loaded = load_policy_model(artifacts[name]["model"], config.model, artifacts[name]["adapter"])
         runs = run_model_episodes(config, loaded, seeds, split, desc=f"quickcheck/{name}")
         summary[name] = summarize(*runs)
@@ -182,8 +186,14 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout") -> dic
         "roles": role,
         "policies": summary,
         "paired": {
-            "grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
-            "sft-random": paired_difference(returns["sft"], returns[role["random"]]),
+            **(
+                {
+                    "grpo-sft": paired_difference(returns["grpo"], returns["sft"]),
+                    "sft-random": paired_difference(returns["sft"], returns[role["random"]]),
+                }
+                if "sft" in returns
+                else {}
+            ),
             "grpo-teacher": paired_difference(returns["grpo"], teacher),
         },
         "gap_closure": gap_closure(returns["grpo"], teacher, returns[role["oracle"]]),

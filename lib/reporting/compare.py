@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..runs import read_json_record
 from ..stats import paired_difference
 
 
@@ -64,15 +65,24 @@ def _share(value) -> str:
 
 def _greedy_returns(run: Path, policy: str, split: str) -> dict[int, float]:
     """{seed: return} of `policy`'s greedy evaluation episodes on `split` (evaluate/episodes.jsonl; ablation
-    episodes, which carry an `ablation` key, are left out)."""
+    episodes, which carry an `ablation` key, are left out); where the evaluate stage did not play them, the run's
+    `quickcheck` of that split (its per-seed returns), if any."""
     path = run / "evaluate" / "episodes.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the pair table reads the evaluated episodes of both runs")
+    quick = run / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
+    if not path.is_file() and not quick.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing, and so is {quick.name}: the pair table reads the evaluated (or quickchecked) episodes "
+            "of both runs"
+        )
     returns = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line) if line.strip() else None
-        if record and record["policy"] == policy and record["split"] == split and "ablation" not in record:
-            returns[int(record["seed"])] = float(record["return"])
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else None
+            if record and record["policy"] == policy and record["split"] == split and "ablation" not in record:
+                returns[int(record["seed"])] = float(record["return"])
+    if not returns and quick.is_file():
+        played = read_json_record(quick, "the run's quickcheck").get("returns", {}).get(policy, {})
+        returns = {int(seed): float(value) for seed, value in played.items()}
     return returns
 
 

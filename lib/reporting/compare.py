@@ -69,10 +69,10 @@ def _greedy_returns(run: Path, policy: str, split: str) -> dict[int, float]:
     `quickcheck` of that split (its per-seed returns), if any."""
     path = run / "evaluate" / "episodes.jsonl"
     quick = run / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
-    if not path.is_file() and not quick.is_file():
+    if not path.is_file() and not any(run.glob("quickcheck*.json")):
         raise FileNotFoundError(
-            f"{path} is missing, and so is {quick.name}: the pair table reads the evaluated (or quickchecked) episodes "
-            "of both runs"
+            f"{path} is missing, and the run has no quickcheck either: the pair table reads the evaluated (or "
+            "quickchecked) episodes of both runs"
         )
     returns = {}
     if path.is_file():

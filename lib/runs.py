@@ -326,6 +326,18 @@ def read_config(run_dir: Path | str) -> RunConfig:
     return manifest_config(read_json_record(path, "the run's manifest"), path)
 
 
+def _differing(recorded: dict, requested: dict, prefix: str = "") -> list[str]:
+    """`key: recorded -> requested` for every dotted key where two config dumps differ."""
+    out = []
+    for key in sorted(set(recorded) | set(requested)):
+        a, b = recorded.get(key), requested.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differing(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out
+
+
 def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None, output_root: str = "outputs"):
     """What every stage notebook calls first. An existing run keeps the config in its manifest (another PROFILE,
     or OVERRIDES that change it, is an error naming both); a new run is made from PROFILE (default cpu-smoke).
@@ -339,9 +351,12 @@ def open_run(run_id: str = "", profile: str = "", overrides: dict | None = None,
         if (profile and profile != config.profile) or overrides:
             requested = load_config(profile or config.profile, overrides or {})
             if requested != config:
+                differ = _differing(config.model_dump(mode="json"), requested.model_dump(mode="json"))
                 raise ConfigError(
                     f"run {run_id} was made with profile {config.profile!r} and other settings than "
-                    f"PROFILE={profile!r} OVERRIDES={overrides!r}; leave them empty to use the run's own config"
+                    f"PROFILE={profile!r} OVERRIDES={overrides!r} give: {'; '.join(differ)} (the run's, then the "
+                    "requested; a profile edited since the run was made differs too). Leave PROFILE and OVERRIDES "
+                    "empty to use the run's own config"
                 )
         return config, Run(run_dir, config)
     config = load_config(profile or "cpu-smoke", overrides or {})

@@ -396,8 +396,10 @@ def test_open_run_keeps_an_existing_runs_config_and_refuses_a_different_one(done
     assert open_run(run_id, "cpu-smoke", {}, output_root=root)[0] == config  # its own profile name is fine
     with pytest.raises(ConfigError, match="was made with profile 'cpu-smoke'"):
         open_run(run_id, "cpu-full", {}, output_root=root)
-    with pytest.raises(ConfigError, match="OVERRIDES"):
+    with pytest.raises(ConfigError, match="OVERRIDES") as error:
         open_run(run_id, "", {"grpo.max_steps": 99}, output_root=root)
+    assert f"grpo.max_steps: {config.grpo.max_steps} -> 99" in str(error.value)  # what differs, by name
+    assert "grpo.temperature" not in str(error.value)  # a setting both give alike is not listed
 
 
 def test_live_episodes_advance_in_lockstep_and_a_finished_slot_takes_the_next_seed(done, monkeypatch):

@@ -318,6 +318,12 @@ def manifest_config(manifest: dict, path: Path) -> RunConfig:
         ) from None
 
 
+def quickcheck_path(run_dir: Path | str, split: str) -> Path:
+    """Where `python -m lib quickcheck` writes its report for `split`: quickcheck.json (holdout), else
+    quickcheck_<split>.json."""
+    return Path(run_dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
+
+
 def read_config(run_dir: Path | str) -> RunConfig:
     """The config a run was made with, from its manifest.json (a damaged manifest is a DamagedRunError naming it)."""
     path = Path(run_dir) / "manifest.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
 from ..models import is_tiny
-from ..runs import seed_everything
+from ..runs import quickcheck_path, seed_everything
 from ..stats import gap_closure, paired_difference
 from .ablations import run_ablations
 from .antihack import build_report
@@ -202,7 +202,7 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout", models
         "grpo_explore": {k: v for k, v in grpo.items() if k.startswith("explore/")},
         "returns": {name: {str(seed): value for seed, value in r.items()} for name, r in returns.items()},
     }
-    atomic_write_json(Path(run.dir) / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"), report)
+    atomic_write_json(quickcheck_path(run.dir, split), report)
     return report
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runs import read_json_record
+from ..runs import quickcheck_path, read_json_record
 from ..stats import paired_difference
 
 
@@ -21,8 +21,7 @@ def compare_table(runs: list, split: str = "holdout") -> str:
 
     def load(run):
         run = Path(run)
-        name = "quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json"
-        path = run / name
+        path = quickcheck_path(run, split)
         if not path.is_file():
             raise FileNotFoundError(
                 f"{path}: run `python -m lib quickcheck --run-dir {run} --episodes N"
@@ -68,7 +67,7 @@ def _greedy_returns(run: Path, policy: str, split: str) -> dict[int, float]:
     episodes, which carry an `ablation` key, are left out); where the evaluate stage did not play them, the run's
     `quickcheck` of that split (its per-seed returns), if any."""
     path = run / "evaluate" / "episodes.jsonl"
-    quick = run / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
+    quick = quickcheck_path(run, split)
     if not path.is_file() and not any(run.glob("quickcheck*.json")):
         raise FileNotFoundError(
             f"{path} is missing, and the run has no quickcheck either: the pair table reads the evaluated (or "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..runs import read_json_record
+from ..runs import quickcheck_path, read_json_record
 
 
 def _ci(values) -> str:
@@ -143,7 +143,7 @@ def _split_entries(run_dir: Path, report: dict, splits: tuple[str, ...]) -> list
         if split in report["splits"]:
             found.append((split, report["splits"][split]))
             continue
-        quick = run_dir / ("quickcheck.json" if split == "holdout" else f"quickcheck_{split}.json")
+        quick = quickcheck_path(run_dir, split)
         if quick.is_file():
             found.append((f"{split} (quickcheck)", read_json_record(quick, "the run's quickcheck")))
     return found

@@ -59,11 +59,14 @@ def generate_actions(
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
 
-def candidate_actor(model, tokenizer, *, greedy: bool = True, temperature: float = 1.0, generator=None):
+def candidate_actor(
+    model, tokenizer, *, greedy: bool = True, temperature: float = 1.0, generator=None, distributions: bool = False
+):
     """An actor for `episodes.play` that chooses among the offered candidates (`model.action_space: candidates`):
     every live episode's candidates are scored in one batched pass (lib/candidates.py) and the most likely one is
     answered (greedy), or one is sampled from the softmax at `temperature`. Answers are valid by construction; each
-    episode's `extra["p_action"]` is the probability the policy gave the answer it chose."""
+    episode's `extra["p_action"]` is the probability the policy gave the answer it chose, and with `distributions`
+    `extra["p_answers"]` its probability of every offered answer."""
     from .candidates import answers, choose, distribution, score_answers
 
     def act(live) -> list[str]:
@@ -74,6 +77,8 @@ def candidate_actor(model, tokenizer, *, greedy: bool = True, temperature: float
             probs = distribution(logprobs, temperature)
             [index] = choose(probs, greedy=greedy, generator=generator)
             entry.extra["p_action"] = round(probs[index], 6)
+            if distributions:
+                entry.extra["p_answers"] = {a: round(p, 6) for a, p in zip(offered, probs)}
             texts.append(offered[index])
         return texts
 
@@ -90,15 +95,18 @@ def model_actor(
     veto_k: int = 0,
     temperature: float = 1.0,
     generator=None,
+    distributions: bool = False,
 ):
     """The model as an actor for `episodes.play`: choosing among the candidates (`action_space="candidates"`,
-    `candidate_actor`), or generating free text that the environment parses (`"free"`), where one generate call
-    answers every live episode's current state.
+    `candidate_actor`, which records the policy over them with `distributions`), or generating free text that the
+    environment parses (`"free"`), where one generate call answers every live episode's current state.
 
     With free text and `veto_k` > 0 (the legality-veto ablation) an output the parser rejects is re-asked, sampled,
     up to `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
     if action_space == "candidates":
-        return candidate_actor(model, tokenizer, greedy=greedy, temperature=temperature, generator=generator)
+        return candidate_actor(
+            model, tokenizer, greedy=greedy, temperature=temperature, generator=generator, distributions=distributions
+        )
     if action_space != "free":
         raise ValueError(f"unknown action_space {action_space!r}: 'candidates' or 'free'")
 

@@ -1,6 +1,7 @@
 """`python -m lib compare --pairs`: two runs on the same seeds, B - A paired by episode seed, with both gates."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -92,15 +93,25 @@ def test_the_seed_table_names_each_runs_rl_stage_and_reads_a_split_from_its_quic
         if novel:
             (folder / "quickcheck_holdout_novel.json").write_text(json.dumps({"roles": roles, **entry(0.8)}))
             (folder / "grpo").mkdir()
-            (folder / "grpo" / "stage.json").write_text(json.dumps({"metrics": {"frac_states_zero_spread": 0.117}}))
+            metrics = {"frac_states_zero_spread": 0.117, "p_reference_start": 0.9512}
+            (folder / "grpo" / "stage.json").write_text(json.dumps({"metrics": metrics}))
             points = [{"step": s, "mean_return": m} for s, m in ((6, 0.8), (0, 0.5), (12, 0.74))]  # any order
             (folder / "grpo" / "validation.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
         runs.append(folder)
+    # a GRPO run: its p_reference at the start is the first logged one
+    grpo = tmp_path / "grpo-run"
+    shutil.copytree(runs[1], grpo)
+    (grpo / "grpo").mkdir()
+    (grpo / "grpo" / "stage.json").write_text(json.dumps({"metrics": {"frac_reward_zero_std_mean": 0.25}}))
+    logged = [{"step": 1, "loss": 0.1}, {"step": 2, "explore/p_reference": 0.88}, {"explore/p_reference": 0.5}]
+    (grpo / "grpo" / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
+    runs.append(grpo)
     rows = seed_table(runs).splitlines()
-    assert rows[0].startswith("| environment | seed | RL stage | split | SFT | GRPO |") and len(rows) == 5
+    assert rows[0].startswith("| environment | seed | RL stage | split | SFT | GRPO |") and len(rows) == 6
     assert rows[2].startswith("| polyguard | 2 | aggrevate | holdout | 0.500 | 0.900 | 0.500 | 0.900 | 1.000 | +0.400")
     assert rows[3].startswith("| polyguard | 2 | aggrevate | holdout_novel (quickcheck) | 0.500 | 0.800 |")
     assert rows[4].startswith("| polyguard | 3 | soft_target | holdout | 0.500 | 0.600 |")  # no novel split: no row
-    assert rows[0].endswith("| no spread | validation last - best |")
-    assert rows[2].endswith("| 0.117 | -0.060 |") and rows[3].endswith("| 0.117 | -0.060 |")
-    assert rows[4].endswith("| n/a | n/a |")  # no RL record, no curve: nothing to read
+    assert rows[0].endswith("| no spread | p_reference (start) | validation last - best |")
+    assert rows[2].endswith("| 0.117 | 0.951 | -0.060 |") and rows[3].endswith("| 0.117 | 0.951 | -0.060 |")
+    assert rows[4].endswith("| n/a | n/a | n/a |")  # no RL record, no curve: nothing to read
+    assert rows[5].endswith("| 0.250 | 0.880 | n/a |")

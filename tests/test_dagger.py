@@ -146,7 +146,10 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     rounds, legacy_rows, _ = aggrevate.done_rounds(
         legacy_config, legacy, "grpo", legacy.read_stage("sft")["outputs"]["model"]
     )
-    assert [{**r, "tokens": 0} for r in rounds] == [{**first, "tokens": 0}]
+    recorded_later = ("policy_p_teacher", "policy_p_label", "policy_p_label_differs")  # not in a record this old
+    assert [{**r, "tokens": 0} for r in rounds] == [
+        {**{k: v for k, v in first.items() if k not in recorded_later}, "tokens": 0}
+    ]
     assert legacy_rows == rows[: first["rows"]]
     # a shared stage whose adapter is not the one its record names is not continued
     _, broken = fork_run(target, tmp_path / "broken", {"grpo.rounds": 3})
@@ -164,6 +167,24 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
         )
         assert returns[row["completion"][-1]["content"]] == pytest.approx(max(returns.values()))
         assert row["label_spread"] == pytest.approx(max(returns.values()) - min(returns.values()))
+    # each row has the playing policy's probability of the teacher's answer and of the label at that state: round
+    # 1's, the SFT policy's own, re-scored here alone (batched scoring differs by float rounding only)
+    from lib.candidates import answers, distribution, score_answers
+    from lib.evaluation.closed_loop import sft_model_dir
+
+    model, tokenizer, _ = load_policy_model(sft_model_dir(fork), config.model)
+    for row in [r for r in rows if r["round"] == 1][:8]:
+        observation = env.restore(row["seed"], row["split"], row["history"])
+        offered = answers(observation)
+        [logprobs] = score_answers(model, tokenizer, [row["prompt"]], [offered])
+        probs = dict(zip(offered, distribution(logprobs)))
+        assert row["p_teacher"] == pytest.approx(probs[row["teacher"]], abs=1e-4)
+        assert row["p_label"] == pytest.approx(probs[row["completion"][-1]["content"]], abs=1e-4)
+    for round_ in (first, second):
+        mine = [r for r in rows if r["round"] == round_["round"]]
+        assert round_["policy_p_teacher"] == pytest.approx(sum(r["p_teacher"] for r in mine) / len(mine), abs=1e-4)
+        assert round_["policy_p_label"] == pytest.approx(sum(r["p_label"] for r in mine) / len(mine), abs=1e-4)
+    assert metrics["p_reference_start"] == first["policy_p_teacher"]
     spread = [r["label_spread"] <= 1e-9 for r in rows]
     assert metrics["frac_states_zero_spread"] == pytest.approx(sum(spread) / len(spread), abs=1e-4)
     assert metrics["improver_differs_from_teacher"] == pytest.approx(

@@ -32,6 +32,7 @@ def run_model_episodes(
     veto_k: int = 0,
     batch_size: int | None = None,
     action_space: str | None = None,
+    distributions: bool = False,
 ):
     """Play every seed of the run's environment (`config.spec`) to the end with the model in `loaded` ((model,
     tokenizer, source), as `inference.load_policy_model` returns it) choosing every action: `batch_size` (default
@@ -39,7 +40,7 @@ def run_model_episodes(
     `grpo.max_completion_length` new tokens an answer, choosing among the candidates or generating free text as
     `model.action_space` (or `action_space`) says. With `veto_k` > 0 invalid free-text outputs are re-asked (the
     legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
-    `model_source`."""
+    `model_source`, and with `distributions` (candidates only) `p_answers`, the policy over the offered answers."""
     model, tokenizer, source = loaded
     spec, max_new_tokens = config.spec, config.grpo.max_completion_length
     actions: list[dict] = []
@@ -53,6 +54,7 @@ def run_model_episodes(
             greedy=greedy,
             max_new_tokens=max_new_tokens,
             veto_k=veto_k,
+            distributions=distributions,
         ),
         batch_size=batch_size or config.eval.batch_size,
         on_step=action_recorder(actions, source),

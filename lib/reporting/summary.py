@@ -8,9 +8,9 @@ that they still are.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..io import read_records
 from ..runs import quickcheck_path, read_json_record
 
 
@@ -99,26 +99,28 @@ SEED_COLUMNS = (
     "gap closure (oracle)",
     "gap closure (improver)",
     "no spread",
+    "p_reference (start)",
     "validation last - best",
 )
 
 
 def _run_bars(run_dir: Path) -> list[str]:
     """The run's exploration and stability readings: the share of GRPO groups without reward spread averaged over
-    the run (an AggreVaTe stage: of its labelled states where every candidate ties), and its last validation point
-    minus its best (grpo/validation.jsonl); n/a where the run has none."""
+    the run (an AggreVaTe stage: of its labelled states where every candidate ties); the policy's probability of the
+    teacher's answer at the RL stage's start (GRPO's first logged `explore/p_reference`; an AggreVaTe stage's
+    `p_reference_start`, at the SFT policy's own states); and its last validation point minus its best
+    (grpo/validation.jsonl); n/a where the run has none."""
     path = run_dir / "grpo" / "stage.json"
     metrics = read_json_record(path, "the RL stage's record").get("metrics", {}) if path.is_file() else {}
     spread = metrics.get("frac_reward_zero_std_mean")
     spread = metrics.get("frac_states_zero_spread") if spread is None else spread
-    curve = run_dir / "grpo" / "validation.jsonl"
-    points = [json.loads(line) for line in curve.read_text().splitlines() if line.strip()] if curve.is_file() else []
-    if points:
-        points.sort(key=lambda p: p["step"])
-        last_minus_best = f"{points[-1]['mean_return'] - max(p['mean_return'] for p in points):+.3f}"
-    else:
-        last_minus_best = "n/a"
-    return ["n/a" if spread is None else f"{spread:.3f}", last_minus_best]
+    start = metrics.get("p_reference_start")
+    if start is None:  # GRPO's train log (an AggreVaTe stage's has no explore/* entries)
+        logged = read_records(run_dir / "grpo" / "train_log.jsonl")
+        start = next((r["explore/p_reference"] for r in logged if r.get("explore/p_reference") is not None), None)
+    points = sorted(read_records(run_dir / "grpo" / "validation.jsonl"), key=lambda p: p["step"])
+    last_minus_best = f"{points[-1]['mean_return'] - max(p['mean_return'] for p in points):+.3f}" if points else "n/a"
+    return ["n/a" if spread is None else f"{spread:.3f}", "n/a" if start is None else f"{start:.3f}", last_minus_best]
 
 
 def _seed_row(report: dict, entry: dict, seed: int, mode: str, split: str, bars: list[str]) -> list[str]:

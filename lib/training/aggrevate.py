@@ -78,9 +78,12 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
         if not labelled:
             raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")
         changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
+        at_labels = policy_at_labels(labelled)
         print(
             f"aggrevate round {round_}/{g.rounds}: {len(labelled)} states of the policy's own {len(seeds)} episodes; "
-            f"the improver keeps its action at {agree:.3f} of them and differs from the teacher at {changed}"
+            f"the improver keeps its action at {agree:.3f} of them and differs from the teacher at {changed}; the "
+            f"policy's mean probability of the teacher's answer {at_labels['policy_p_teacher']}, of the improver's "
+            f"where they differ {at_labels['policy_p_label_differs']}"
         )
         rows += [{**r, "round": round_} for r in labelled]
         atomic_write_text(out / "rows.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
@@ -103,6 +106,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
                 "policy_agrees_with_improver": agree,
                 "improver_differs_from_teacher": round(changed / len(labelled), 4),
                 "frac_states_zero_spread": zero_spread(labelled),
+                **at_labels,
                 "steps": trainer.state.global_step,
                 "loss_first": fitted[0] if fitted else None,
                 "loss_last": fitted[-1] if fitted else None,
@@ -136,6 +140,9 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             "policy_agrees_with_improver": round(agree, 4),
             "improver_differs_from_teacher": round(changed / len(rows), 4),
             "frac_states_zero_spread": zero_spread(rows),
+            # GRPO's `explore/p_reference` at the stage's start: the SFT policy's probability of the teacher's answer
+            # at the states it reached in round 1 (None for a round recorded before it was)
+            "p_reference_start": rounds[0].get("policy_p_teacher"),
             "steps": sum(r["steps"] for r in rounds),
             **kept,
             "train_loss": result["train_loss"],  # the last round's mean over its steps (logged ones: losses)
@@ -189,6 +196,24 @@ def zero_spread(rows: list[dict]) -> float | None:
     (AggreVaTe's counterpart of GRPO's frac_reward_zero_std). None for rows labelled before it was recorded."""
     spreads = [r["label_spread"] for r in rows if "label_spread" in r]
     return round(sum(s <= 1e-9 for s in spreads) / len(spreads), 4) if spreads else None
+
+
+def policy_at_labels(rows: list[dict]) -> dict:
+    """How the playing policy stood toward the labels at its own states (lib/training/dagger.py: `labelled_rows`):
+    its mean probability of the teacher's answer (`policy_p_teacher`), of the improver's label
+    (`policy_p_label`), and of the label where the improver differs from the teacher (`policy_p_label_differs`:
+    what a GRPO sample would have had to find there). None where the policy's distribution was not recorded."""
+
+    def mean(key: str, where: list[dict]) -> float | None:
+        values = [r[key] for r in where if r.get(key) is not None]
+        return round(sum(values) / len(values), 4) if values else None
+
+    differs = [r for r in rows if r["completion"][-1]["content"] != r["teacher"]]
+    return {
+        "policy_p_teacher": mean("p_teacher", rows),
+        "policy_p_label": mean("p_label", rows),
+        "policy_p_label_differs": mean("p_label", differs),
+    }
 
 
 def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dict], list[dict], list[float]]:

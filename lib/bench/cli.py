@@ -137,7 +137,8 @@ def _probe_explore(args) -> int:
             print(
                 f"{part:<11} {r['states']:4d} states: P(some of {report['group_size']} samples beats the reference) "
                 f"{r['beats_reference']:.3f}, E[best - reference] {r['best_minus_reference']:+.3f}, candidate entropy "
-                f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}"
+                f"{r['entropy']:.3f} nats, mass on candidates {r['mass']:.3f}, p(best) {r['p_best']:.3f}, "
+                f"p(reference's answer) {r['p_reference']:.3f}"
             )
     for kind, r in report["improvable_by_best_kind"].items():
         print(

@@ -2,7 +2,8 @@
 
 On the first GRPO prompts of a run: the policy's distribution over each state's candidates (entropy, mass on the
 candidates, probability of a best action) and, in expectation and without sampling noise, the `explore/*` numbers
-GRPO logs there while it trains (lib/reward.py: `group_metrics`). A probe, not a stage: it reads a run and
+GRPO logs there while it trains (lib/reward.py: `group_metrics`), and the policy's probability of the reference's
+own answer (`p_reference`: GRPO's `explore/p_reference` at its start). A probe, not a stage: it reads a run and
 writes only the JSON it is asked to (--out).
 """
 
@@ -78,6 +79,7 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
                 "entropy": spread["entropy"],
                 "mass": spread["mass"],
                 "p_best": sum(p for a, p in absolute.items() if returns[a] == best),
+                "p_reference": absolute.get(row["reference_answer"], 0.0),  # GRPO's explore/p_reference here
                 "best_kind": {format_action(c.id): c.kind for c in observation.candidates}[best_answer],
                 **expected,
             }
@@ -89,7 +91,10 @@ def probe(config, run, model_dir: str, adapter: str | None = None, states: int =
         mean = lambda key: round(sum(i[key] for i in items) / len(items), 4)  # noqa: E731
         return {
             "states": len(items),
-            **{k: mean(k) for k in ("beats_reference", "best_minus_reference", "entropy", "mass", "p_best")},
+            **{
+                k: mean(k)
+                for k in ("beats_reference", "best_minus_reference", "entropy", "mass", "p_best", "p_reference")
+            },
         }
 
     kinds = sorted({s["best_kind"] for s in per_state if s["improvable"]})

@@ -38,12 +38,15 @@ class Episode:
 @dataclass(frozen=True)
 class Start:
     """Where an episode begins: `reset(seed, split)`, or the state rebuilt from `history`. With `forced`, that
-    text is the first action; if it is invalid the episode ends there, scored the environment's invalid penalty."""
+    text is the first action; if it is invalid the episode ends there, scored the environment's invalid penalty.
+    With `redraw`, the chance outcomes from the rebuilt state on are that numbered draw (`redraw_future`), not the
+    ones the seed holds."""
 
     seed: int
     split: str
     history: tuple[str, ...] = ()
     forced: str | None = None
+    redraw: int | None = None
 
 
 @dataclass
@@ -148,6 +151,8 @@ def _begin(start: Start, index: int, env, results: list, free: list, progress) -
         if start.history
         else env.reset(start.seed, start.split)
     )
+    if start.redraw is not None:
+        env.redraw_future(start.redraw)
     entry = Live(index, start, env, observation)
     if start.forced is None:
         return entry
@@ -223,16 +228,17 @@ def run_episode(env, policy, seed: int, split: str, *, keep_transitions: bool = 
     return episode
 
 
-def action_returns(envs, items, actor: Actor) -> list[tuple[float, dict]]:
+def action_returns(envs, items, actor: Actor, *, redraw: int | None = None) -> list[tuple[float, dict]]:
     """The environment's verdict on actions at mid-episode states: item i is (seed, split, history, action_text),
     played in `envs[i]`. The action is applied at the state rebuilt from `history`, then `actor` (see `play`)
     finishes the episode; every item is live at once. Invalid output scores the environment's fixed penalty and
-    is never turned into an action. Returns (score, info) per item.
+    is never turned into an action. With `redraw`, chance outcomes from the state on are that draw (`Start`), else
+    the ones the seed holds: one sample of the action's worth. Returns (score, info) per item.
 
     This is the one scoring function for GRPO rewards, corpus filtering and the anti-hacking suite. A legal
     action scores the episode's return, in [0, 1], so it always scores above the invalid-output penalty."""
     pool = iter(envs)
-    starts = [Start(seed, split, tuple(history), text) for seed, split, history, text in items]
+    starts = [Start(seed, split, tuple(history), text, redraw) for seed, split, history, text in items]
     episodes = play(lambda: next(pool), starts, actor, batch_size=max(1, len(starts)))
     return [
         (e.episode_return, {"invalid": e.invalid_reason, "components": {}})
@@ -245,16 +251,31 @@ def action_returns(envs, items, actor: Actor) -> list[tuple[float, dict]]:
     ]
 
 
-def action_return(env, seed: int, split: str, history: list[str], action_text: str, reference) -> tuple[float, dict]:
+def action_return(
+    env, seed: int, split: str, history: list[str], action_text: str, reference, redraw: int | None = None
+) -> tuple[float, dict]:
     """`action_returns` for one state, the episode finished by `reference` (a Policy)."""
-    return action_returns([env], [(seed, split, history, action_text)], policy_actor(reference))[0]
+    return action_returns([env], [(seed, split, history, action_text)], policy_actor(reference), redraw=redraw)[0]
 
 
-def candidate_returns(env, seed: int, split: str, history: list[str], observation, reference) -> dict[str, float]:
-    """`action_return` of every candidate the observation lists, keyed by the candidate's answer text: what
-    each legal action at this state is worth when `reference` finishes the episode."""
+FUTURE_DRAWS = 16  # futures a lookahead averages on an environment whose outcomes are drawn at random
+
+
+def candidate_returns(
+    env, seed: int, split: str, history: list[str], observation, reference, draws: int | None = None
+) -> dict[str, float]:
+    """What each legal action at this state is worth when `reference` finishes the episode, keyed by the
+    candidate's answer text. On a deterministic environment that is one `action_return`. Where outcomes are
+    drawn at random (`env.stochastic`) it is the mean over `draws` (default FUTURE_DRAWS) fresh futures, the
+    same draws for every candidate: the seed's own future would let the lookahead pick the specialist that
+    happens to answer right this time, which nothing in the observation shows. `draws=0` reads that future."""
+    draws = (FUTURE_DRAWS if env.stochastic else 0) if draws is None else draws
+    futures = list(range(draws)) or [None]
     return {
-        format_action(c.id): action_return(env, seed, split, history, format_action(c.id), reference)[0]
+        format_action(c.id): sum(
+            action_return(env, seed, split, history, format_action(c.id), reference, redraw)[0] for redraw in futures
+        )
+        / len(futures)
         for c in observation.candidates
     }
 
@@ -276,8 +297,8 @@ class Improver(Policy):
 
     name = "improver"
 
-    def __init__(self, spec, reference: str | None = None):
-        self.spec, self.reference = spec, reference or spec.teacher
+    def __init__(self, spec, reference: str | None = None, draws: int | None = None):
+        self.spec, self.reference, self.draws = spec, reference or spec.teacher, draws  # draws: `candidate_returns`
         self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
         self.last_returns: dict[str, float] = {}  # every candidate's return at the state it last acted in
 
@@ -288,7 +309,13 @@ class Improver(Policy):
 
     def act(self, observation, env) -> str:
         returns = candidate_returns(
-            self.scratch, self.seed, env.split, list(env.history), observation, self.spec.make_policy(self.reference)
+            self.scratch,
+            self.seed,
+            env.split,
+            list(env.history),
+            observation,
+            self.spec.make_policy(self.reference),
+            self.draws,
         )
         self.last_returns = returns
         own = self.teacher.act(observation, env)

@@ -3,6 +3,7 @@ anti-cheat rules, splits and the trust ranking line (the contract every environm
 served round trip, is tests/test_env_contract.py)."""
 
 import json
+import random
 import re
 
 import pytest
@@ -165,3 +166,65 @@ def test_the_trust_ranking_line_names_the_teachers_slot_first():
                 break
             observation = result.observation
     assert decisions > 50
+
+
+def _teacher_history(seed: int, steps: int) -> list[str]:
+    env = SentinelTrustEnv()
+    return run_episode(env, SPEC.make_policy(SPEC.teacher), seed, "train", keep_transitions=True).transitions[steps][
+        "history"
+    ]
+
+
+def test_a_redrawn_future_keeps_the_past_and_replays_by_its_number():
+    """`redraw_future` changes who answers right from the state on, never what already happened; the same draw
+    at the same state replays the same episode, and different draws give different ones."""
+    from lib.episodes import Start, play, policy_actor
+
+    seed, history = 3, _teacher_history(3, 4)
+    plain = SentinelTrustEnv().restore(seed, "train", history)
+    redrawn_env = SentinelTrustEnv()
+    redrawn_env.restore(seed, "train", history)
+    redrawn_env.redraw_future(5)
+    assert redrawn_env._observe() == plain and redrawn_env.history == history
+
+    def finish(draw):
+        starts = [Start(seed, "train", tuple(history), redraw=draw)]
+        episode = play(SentinelTrustEnv, starts, policy_actor(SPEC.make_policy(SPEC.teacher)))[0]
+        return episode.episode_return, episode.components
+
+    assert finish(7) == finish(7)
+    own = run_episode(SentinelTrustEnv(), SPEC.make_policy(SPEC.teacher), seed, "train").episode_return
+    assert finish(None)[0] == own  # no redraw: the seed's own future
+    assert len({finish(d)[0] for d in range(12)}) > 1
+
+
+class _OtherLuck(SentinelTrustEnv):
+    """The same past, and other outcome draws from the restored state on: the same observation, another future."""
+
+    def restore(self, seed, split, history):
+        observation = super().restore(seed, split, history)
+        self._rng = random.Random(self._internal + 424242)
+        return observation
+
+
+def test_the_lookahead_averages_futures_and_does_not_read_the_seed_s_own():
+    """On this environment (outcomes drawn at random) every candidate's worth is its mean over FUTURE_DRAWS
+    redrawn futures; so it is the same whatever outcomes the episode's seed holds, which nothing in the prompt
+    shows. Read off the seed's own future (`draws=0`) it is not."""
+    from lib.episodes import FUTURE_DRAWS, action_return, candidate_returns
+
+    teacher = SPEC.make_policy(SPEC.teacher)
+    differs = 0
+    for seed, steps in ((3, 4), (5, 8), (11, 2)):
+        history = _teacher_history(seed, steps)
+        env, other = SentinelTrustEnv(), _OtherLuck()
+        observation = env.restore(seed, "train", history)
+        assert other.restore(seed, "train", history) == observation
+        expected = candidate_returns(env, seed, "train", history, observation, teacher)
+        assert expected == candidate_returns(other, seed, "train", history, observation, teacher)
+        some = format_action(observation.candidates[0].id)
+        by_hand = [action_return(env, seed, "train", history, some, teacher, d)[0] for d in range(FUTURE_DRAWS)]
+        assert expected[some] == pytest.approx(sum(by_hand) / FUTURE_DRAWS)
+        own = candidate_returns(env, seed, "train", history, observation, teacher, draws=0)
+        differs += own != candidate_returns(other, seed, "train", history, observation, teacher, draws=0)
+    assert differs > 0

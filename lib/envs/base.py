@@ -174,6 +174,7 @@ class Environment(ABC):
     weights: Mapping[str, float]
     renderer: Callable[..., list[dict[str, str]]]  # the one prompt renderer: staticmethod(render)
     list_candidates: bool = True  # whether the prompt lists the candidates (`lib.envs.get_spec` sets it per spec)
+    stochastic: bool = False  # whether outcomes are drawn at random, beyond the actions (`redraw_future` redraws them)
     budget: int  # the steps an episode may take (set by `_begin`), for the default `_after_step`
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
     seed: int  # the current episode's (seed, split), as given to reset()
@@ -257,6 +258,12 @@ class Environment(ABC):
                 raise ValueError(f"history ends the episode at step {position + 1}; cannot restore past it")
             observation = result.observation
         return observation
+
+    def redraw_future(self, draw: int) -> None:
+        """Give the rest of the current episode fresh chance outcomes, numbered `draw` (the same draw at the same
+        state replays identically); the past stays as it was. An environment whose outcomes are drawn at random
+        (`stochastic`) overrides it, so a lookahead can average a state's possible futures instead of reading the
+        one this episode's seed holds; a deterministic one has nothing to redraw."""
 
     def state(self) -> dict[str, Any]:
         """Debugging and oracle view of the whole state, hidden parts included: who the episode is (environment,

@@ -48,6 +48,7 @@ class SentinelTrustEnv(Environment):
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
     renderer = staticmethod(render)
+    stochastic = True  # whether a specialist (or the orchestrator) answers right is a draw
 
     # ---- the episode (the base class runs reset and step) ---------------------------------------
     def _begin(self, internal_seed: int) -> None:
@@ -69,6 +70,9 @@ class SentinelTrustEnv(Environment):
         self._verifies = 0
         self.planted_caught = self.planted_accepted = 0
         self._last = "job started"
+
+    def redraw_future(self, draw: int) -> None:
+        self._rng = random.Random(f"{self._internal}/{self._steps}/{draw}")
 
     def _on_invalid(self) -> None:
         self.budget_left -= INVALID_COST

@@ -293,12 +293,14 @@ class Improver(Policy):
     """The policy-improvement reference: at every state it takes the candidate whose return is highest
     when `reference` (the teacher) finishes the episode from there: the argmax of the teacher's Q. By the
     policy-improvement theorem it is at least as good as the teacher. It looks ahead with the simulator, so it
-    is a reference for what step-mode GRPO optimises, not a competitor. Ties keep the teacher's own answer."""
+    is a reference for what step-mode GRPO optimises, not a competitor. Ties keep the teacher's own answer, and so
+    does a candidate that beats it by no more than `margin`."""
 
     name = "improver"
 
-    def __init__(self, spec, reference: str | None = None, draws: int | None = None):
+    def __init__(self, spec, reference: str | None = None, draws: int | None = None, margin: float = 0.0):
         self.spec, self.reference, self.draws = spec, reference or spec.teacher, draws  # draws: `candidate_returns`
+        self.margin = max(margin, 1e-12)
         self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
         self.last_returns: dict[str, float] = {}  # every candidate's return at the state it last acted in
 
@@ -320,7 +322,7 @@ class Improver(Policy):
         self.last_returns = returns
         own = self.teacher.act(observation, env)
         best = max(returns.values())
-        if returns.get(own, float("-inf")) >= best - 1e-12:
+        if returns.get(own, float("-inf")) >= best - self.margin:
             return own
         return next(answer for answer, value in returns.items() if value >= best - 1e-12)
 

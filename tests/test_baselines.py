@@ -82,3 +82,15 @@ def test_cli_rejects_bad_input_clearly():
     assert proc.returncode == 2 and "unknown policy 'psychic' for environment 'polyguard'" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "lib", "baselines"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--env" in proc.stderr and "polyguard" in proc.stderr  # the known ones listed
+
+
+def test_the_improver_is_a_reference_row_that_plays_the_same_episodes_as_evaluation():
+    """`--policies improver` plays the teacher's one-step improvement (lib/episodes.py), kind reference, seed for seed
+    the episodes evaluation's improver row plays."""
+    from lib.evaluation.scripted import run_policy_episodes
+
+    report = run_baselines(SPEC, "holdout", 3, 5, ["heuristic", "improver"])
+    row = report["policies"]["improver"]
+    assert row["kind"] == "reference" and report["policies"]["heuristic"]["kind"] == "baseline"
+    episodes, _ = run_policy_episodes(SPEC, "improver", range(5, 8), "holdout")
+    assert row["returns"] == {str(e.seed): e.episode_return for e in episodes}

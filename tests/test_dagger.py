@@ -237,3 +237,39 @@ def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_cont
     assert metrics["validation_best_step"] == best["step"] and metrics["kept_step"] == points[-1]["step"]
     assert metrics["validation_last_minus_best"] == pytest.approx(points[-1]["mean_return"] - best["mean_return"])
     assert len(read_curve(target / "grpo" / "validation.jsonl")) == 2  # the base's curve is untouched
+
+
+def test_the_improver_keeps_the_teachers_answer_unless_a_candidate_beats_it_by_more_than_its_margin():
+    """`grpo.improver_margin`: a candidate must beat the teacher's answer by more than the margin to be the label."""
+    from lib.envs import get_spec
+    from lib.episodes import Improver, run_episode
+
+    spec = get_spec("polyguard")
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    gains = []
+    for seed in range(6):
+        for t in run_episode(env, spec.make_policy(spec.teacher), seed, "train", keep_transitions=True).transitions:
+            observation = env.restore(seed, "train", t["history"])
+            plain = Improver(spec)
+            plain.begin(seed)
+            label = plain.act(observation, env)
+            teacher.begin(seed)
+            own = teacher.act(observation, env)
+            gain = plain.last_returns[label] - plain.last_returns[own]
+            assert gain >= 0
+            if gain > 0:
+                gains.append((seed, t["history"], own, label, gain))
+    assert gains, "no state where the improver beats the teacher"
+    for seed, history, own, label, gain in gains[:4]:
+        for margin, expected in ((gain * 0.99, label), (gain, own), (gain * 1.01, own)):
+            improver = Improver(spec, margin=margin)
+            improver.begin(seed)
+            assert improver.act(env.restore(seed, "train", history), env) == expected, (margin, gain)
+
+
+def test_an_improver_margin_outside_aggrevate_is_a_clear_error():
+    from lib.config import ConfigError
+
+    with pytest.raises(ConfigError, match="improver_margin .* needs grpo.mode aggrevate"):
+        load_config("cpu-smoke", {"grpo.improver_margin": 0.01})
+    assert load_config("cpu-smollm2-polyguard", {"grpo.improver_margin": 0.01}).grpo.improver_margin == 0.01

@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..envs import EnvSpec
-from ..episodes import run_episode
+from ..episodes import Improver, run_episode, scripted_policy
 from ..io import atomic_write_text
 from ..stats import bootstrap_ci
 
@@ -41,8 +41,8 @@ def steps_per_second(env, policy, seeds, split: str) -> float:
 def run_baselines(
     spec: EnvSpec, split: str, episodes: int, seed: int, policies=None, *, env: str | None = None
 ) -> dict:
-    """Every policy in `policies` (default: the reported ones) of environment `spec` on `episodes` seeds from `seed`
-    of `split`. The report names the environment `env` (the registry name, a run's `config.env`; default
+    """Every policy in `policies` (default: the reported ones; `improver` names the teacher's one-step
+    improvement, a reference) of environment `spec` on `episodes` seeds from `seed` of `split`. The report names the environment `env` (the registry name, a run's `config.env`; default
     `spec.name`)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
@@ -50,7 +50,10 @@ def run_baselines(
     seeds = range(seed, seed + episodes)
     names = list(policies or spec.reported_policies)
     results = {
-        name: {"kind": spec.policy_kind(name), **evaluate_policy(env, spec.make_policy(name), seeds, split)}
+        name: {
+            "kind": "reference" if name == Improver.name else spec.policy_kind(name),
+            **evaluate_policy(env, scripted_policy(spec, name), seeds, split),
+        }
         for name in tqdm(names, desc=f"baselines/{split}")
     }
     return {

@@ -288,7 +288,8 @@ class GRPOStageConfig(Strict):
             )
         if self.improver_margin and self.mode != "aggrevate":
             raise ValueError(
-                f"grpo.improver_margin ({self.improver_margin}) is the AggreVaTe labeller's; it needs grpo.mode aggrevate"
+                f"grpo.improver_margin ({self.improver_margin}) is the AggreVaTe labeller's; it needs grpo.mode "
+                "aggrevate"
             )
         if self.rounds > 1 and self.mode != "aggrevate":
             raise ValueError(f"grpo.rounds ({self.rounds}) counts AggreVaTe rounds; it needs grpo.mode aggrevate")

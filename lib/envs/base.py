@@ -264,6 +264,7 @@ class Environment(ABC):
         state replays identically); the past stays as it was. An environment whose outcomes are drawn at random
         (`stochastic`) overrides it, so a lookahead can average a state's possible futures instead of reading the
         one this episode's seed holds; a deterministic one has nothing to redraw."""
+        return None
 
     def state(self) -> dict[str, Any]:
         """Debugging and oracle view of the whole state, hidden parts included: who the episode is (environment,

@@ -42,8 +42,8 @@ def run_baselines(
     spec: EnvSpec, split: str, episodes: int, seed: int, policies=None, *, env: str | None = None
 ) -> dict:
     """Every policy in `policies` (default: the reported ones; `improver` names the teacher's one-step
-    improvement, a reference) of environment `spec` on `episodes` seeds from `seed` of `split`. The report names the environment `env` (the registry name, a run's `config.env`; default
-    `spec.name`)."""
+    improvement, a reference) of environment `spec` on `episodes` seeds from `seed` of `split`. The report names
+    the environment `env` (the registry name, a run's `config.env`; default `spec.name`)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     env_name, env = env or spec.name, spec.make_env()

@@ -195,6 +195,11 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "training one drawn turn per episode trained 96 of 656 played turns in 241 CPU s where every turn trained 650 "
         "of 659 in 154 s: docs/RESULTS.md, '2026-11-26: learning per CPU-minute'; retired for sft.group_by_length",
     ),
+    "grpo.improver_margin": (
+        0.0,
+        "now the improver's own FUTURE_MARGIN, 0.01 where outcomes are drawn (trust seed 0: validation 0.708 against "
+        "0.539 without): docs/RESULTS.md, '2026-11-29 (evening)'",
+    ),
     "grpo.turn_weight": (
         "episode",
         "a tie with the default (+0.000 paired): docs/RESULTS.md, 'Weighting the turns: episode (mean_T / T) "

@@ -214,14 +214,6 @@ class GRPOStageConfig(Strict):
         "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and round "
         "k-1's adapter is trained further on them; 1: the SFT policy's states only",
     )
-    improver_margin: float = Field(
-        0.0,
-        ge=0.0,
-        le=1.0,
-        description="aggrevate: the improver keeps the teacher's answer unless another candidate's return beats it by "
-        "more than this (return units); 0: any better candidate. Where outcomes are drawn at random its returns are "
-        "means over a few redrawn futures, and near-ties between them are noise",
-    )
     env_url: str | None = Field(
         None,
         description="multi_turn: the base url of a running `python -m lib serve --env <env>` to play against over "
@@ -285,11 +277,6 @@ class GRPOStageConfig(Strict):
             raise ValueError(
                 "grpo.mode aggrevate validates the SFT policy and each round's (any validate_every > 0), and keeps "
                 "the last round's adapter, which a further round trains on: set grpo.keep last (is best)"
-            )
-        if self.improver_margin and self.mode != "aggrevate":
-            raise ValueError(
-                f"grpo.improver_margin ({self.improver_margin}) is the AggreVaTe labeller's; it needs grpo.mode "
-                "aggrevate"
             )
         if self.rounds > 1 and self.mode != "aggrevate":
             raise ValueError(f"grpo.rounds ({self.rounds}) counts AggreVaTe rounds; it needs grpo.mode aggrevate")

@@ -259,6 +259,7 @@ def action_return(
 
 
 FUTURE_DRAWS = 16  # futures a lookahead averages on an environment whose outcomes are drawn at random
+FUTURE_MARGIN = 0.01  # what a candidate must beat the teacher's answer by there: closer means are the draws' noise
 
 
 def candidate_returns(
@@ -294,14 +295,15 @@ class Improver(Policy):
     when `reference` (the teacher) finishes the episode from there: the argmax of the teacher's Q. By the
     policy-improvement theorem it is at least as good as the teacher. It looks ahead with the simulator, so it
     is a reference for what step-mode GRPO optimises, not a competitor. Ties keep the teacher's own answer, and so
-    does a candidate that beats it by no more than `margin`."""
+    does a candidate that beats it by no more than `margin` (default: FUTURE_MARGIN where outcomes are drawn at
+    random, as the returns are then means over FUTURE_DRAWS futures; else exact ties only)."""
 
     name = "improver"
 
-    def __init__(self, spec, reference: str | None = None, draws: int | None = None, margin: float = 0.0):
+    def __init__(self, spec, reference: str | None = None, draws: int | None = None, margin: float | None = None):
         self.spec, self.reference, self.draws = spec, reference or spec.teacher, draws  # draws: `candidate_returns`
-        self.margin = max(margin, 1e-12)
         self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
+        self.margin = max((FUTURE_MARGIN if self.scratch.stochastic else 0.0) if margin is None else margin, 1e-12)
         self.last_returns: dict[str, float] = {}  # every candidate's return at the state it last acted in
 
     def begin(self, seed: int) -> None:

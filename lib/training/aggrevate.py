@@ -73,7 +73,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             with run.lap(stage, "validation"):
                 curve.point(policy, sum(r["steps"] for r in rounds), round_ - 1)
         with run.lap(stage, "policy's episodes, improver's labels"):
-            labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver", g.improver_margin)
+            labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
             del policy
         if not labelled:
             raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")

@@ -58,15 +58,12 @@ def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict
     return rows, record
 
 
-def labelled_rows(
-    config, loaded, seeds, labeller: str, source: str, margin: float = 0.0
-) -> tuple[list[dict], float | None]:
+def labelled_rows(config, loaded, seeds, labeller: str, source: str) -> tuple[list[dict], float | None]:
     """Rows at every state of the model in `loaded` playing its own greedy episodes on `seeds` (train split), each
     labelled with what the scripted policy `labeller` (the teacher, or the improver) would do there, `source` their
     `label_source`; and the share of those states where the model's own action already was that label. A model that
     chooses among the candidates leaves on each row its probability of the teacher's answer (`p_teacher`: GRPO's
-    `explore/p_reference` at the model's own states) and of the label (`p_label`). `margin`: the improver's
-    (`Improver`), what a candidate must beat the teacher's answer by to be its label."""
+    `explore/p_reference` at the model's own states) and of the label (`p_label`)."""
     from ..episodes import Improver, scripted_policy
     from ..evaluation.closed_loop import run_model_episodes
 
@@ -79,10 +76,7 @@ def labelled_rows(
         policies[record["seed"]].append(record.get("p_answers"))
     spec = config.spec
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    if labeller == spec.teacher:
-        label_policy = teacher
-    else:
-        label_policy = Improver(spec, margin=margin) if labeller == Improver.name else scripted_policy(spec, labeller)
+    label_policy = teacher if labeller == spec.teacher else scripted_policy(spec, labeller)
     rows = []
     for seed in seeds:
         observation = env.reset(seed, "train")

@@ -115,22 +115,33 @@ class CheckpointManifestCallback(TrainerCallback):
             write_checkpoint_manifest(folder)
 
 
-def save_atomically(trainer, tokenizer, target: Path, merge: bool) -> None:
+def _replace_folder(tmp: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+
+
+def save_atomically(trainer, tokenizer, target: Path, merge: bool, adapter_target: Path | None = None) -> None:
     """Save into a temporary sibling folder and rename it into place, so a crash never leaves half a model. Under
-    accelerate / torchrun rank 0 saves and every process waits until it has."""
+    accelerate / torchrun rank 0 saves and every process waits until it has. With `merge` and `adapter_target`, the
+    adapter alone is saved there too, before the merge: a few MB from which the merged folder can be rebuilt
+    (`lib.export.rebuild`), so a run can be committed without its merged weights."""
     if not is_main():
         wait_for_everyone()
         return
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model = trainer.model
+    if merge and adapter_target is not None:
+        adapter_tmp = adapter_target.with_name(f".{adapter_target.name}.tmp")
+        shutil.rmtree(adapter_tmp, ignore_errors=True)
+        model.save_pretrained(adapter_tmp, **saved_adapters(model))
+        _replace_folder(adapter_tmp, adapter_target)
     if merge:
         model = model.merge_and_unload()
     model.save_pretrained(tmp, **saved_adapters(model))
     tokenizer.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    _replace_folder(tmp, target)
     wait_for_everyone()
 
 

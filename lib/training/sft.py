@@ -119,9 +119,9 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         runtime = trainer.train().metrics["train_runtime"]
     if guard.bad_step is not None:
         raise NonFiniteLossError(f"SFT loss became non-finite at step {guard.bad_step}; nothing was saved")
-    model_dir = out / "model"
+    model_dir, adapter_dir = out / "model", out / "adapter"
     with run.lap("sft", "save"):
-        save_atomically(trainer, tokenizer, model_dir, merge=adapter)
+        save_atomically(trainer, tokenizer, model_dir, merge=adapter, adapter_target=adapter_dir if adapter else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     candidate_ce = [h["candidate_ce"] for h in trainer.state.log_history if "candidate_ce" in h]
     # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
@@ -140,7 +140,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         started=started,
         params=config.sft.model_dump(),
         inputs={"sft.jsonl": corpus["outputs"]["sft.jsonl"], "base": base},
-        outputs={"model": str(model_dir)},
+        outputs={"model": str(model_dir), **({"adapter": str(adapter_dir)} if adapter else {})},
         metrics={
             "backend": backend,
             "precision": resolved_precision(config.model),
@@ -155,6 +155,8 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "train_runtime_s": round(runtime, 3),
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
             "weights_sha256": weights_sha256(model_dir),
+            # the merged folder's recipe: `base` with this adapter merged in (lib/export/rebuild.py)
+            **({"adapter_sha256": weights_sha256(adapter_dir)} if adapter else {}),
             "full_finetune": not adapter,
             "imitation": imitation,
         },

@@ -9,12 +9,13 @@ stage records. The `improved` and `beats_teacher` checks are the only ones that 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import drop_retired
-from .io import atomic_write_json, sha256_file, weights_sha256
+from .io import atomic_write_json, read_records, stored_bytes, stored_path, weights_sha256
 from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
@@ -85,7 +86,8 @@ def _manifest(run_dir: Path) -> str:
     missing = sorted(set(recorded) - set(on_disk))
     _require(not missing, f"{path}: stages {missing} are recorded but their stage.json is missing")
     for name, digest in (manifest.get("corpus_hashes") or {}).items():
-        actual = sha256_file(run_dir / "corpus" / name) if (run_dir / "corpus" / name).is_file() else "missing"
+        kept = run_dir / "corpus" / name  # or gzipped beside it: the hash is the file's own either way
+        actual = hashlib.sha256(stored_bytes(kept)).hexdigest() if stored_path(kept) else "missing"
         _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
     differ = {}
     for stage in on_disk:
@@ -148,11 +150,35 @@ def _grpo_artifact(run_dir: Path) -> str:
     return f"status ok, adapter sha256 {actual[:12]} matches"
 
 
+def _merged_on_disk(run_dir: Path, merged: Path, recorded: str) -> tuple[str, str]:
+    """The merged folder's weights sha and how it got there. A committed run keeps its adapters, not its merged
+    folders: they are rebuilt here (lib/merging.py) and checked, by sha where this CPU gives the same bits, else by
+    the merged model's outputs against the recorded ones within export.logit_tolerance. Never skipped."""
+    from .merging import rebuild_missing, rebuilt_record
+
+    if not merged.exists():
+        rebuild_missing(run_dir)
+    on_disk, note = weights_sha256(merged), rebuilt_record(merged)
+    if note is None or note["sha256"] == recorded:
+        return on_disk, "" if note is None else "rebuilt from the run's adapters, bit-identical; "
+    check = note.get("check") or {}
+    _require(
+        on_disk == note["sha256"] and bool(check.get("agree")),
+        f"{merged} was rebuilt from the run's adapters with other bits than recorded ({on_disk[:12]} against "
+        f"{recorded[:12]}) and its outputs do not agree with the recorded ones within tolerance: {check}",
+    )
+    return recorded, (
+        f"rebuilt from the run's adapters: sha256 {on_disk[:12]} differs from the recorded {recorded[:12]} (this "
+        f"CPU's float arithmetic), its logits within {check['max_abs_logit_diff']:.1e} of the recorded outputs "
+        f"(tolerance {check['tolerance']}), {check['greedy_texts_equal']}/{check['prompts']} greedy texts equal; "
+    )
+
+
 def _postsave(run_dir: Path) -> str:
     result = _read(run_dir, "postsave/postsave_inference.json")
     export = _read(run_dir, "export/export_manifest.json")
     merged = Path(_read(run_dir, "export/stage.json")["outputs"]["merged"])
-    on_disk = weights_sha256(merged)
+    on_disk, how = _merged_on_disk(run_dir, merged, export["weights_sha256"])
     _require(
         result["model_source"]["sha256"] == export["weights_sha256"] == on_disk,
         f"post-save loaded {result['model_source']['sha256'][:12]}, "
@@ -161,7 +187,8 @@ def _postsave(run_dir: Path) -> str:
     )
     _require(result["actions"] == result["actions_with_source"], "some post-save actions have no model_source")
     return (
-        f"{result['episodes']} episodes from {merged} (sha256 {on_disk[:12]}), validity {result['validity_rate']:.2f}"
+        f"{how}{result['episodes']} episodes from {merged.name} (sha256 {on_disk[:12]}), "
+        f"validity {result['validity_rate']:.2f}"
     )
 
 
@@ -175,8 +202,8 @@ def _provenance(run_dir: Path) -> str:
         "eval.json's GRPO artifact is not the trained adapter",
     )
     path = run_dir / EPISODES
-    _require(path.exists(), f"missing {EPISODES}")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    _require(stored_path(path) is not None, f"missing {EPISODES} (nor {EPISODES}.gz)")
+    records = read_records(path)
     check_provenance(records, report["artifacts"])
     actions = sum(len(r["actions"]) for r in records)
     return f"{actions} actions in {len(records)} episodes, each from its evaluated source"

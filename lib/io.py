@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -37,18 +38,35 @@ def read_json(path: Path | str):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def stored_path(path: Path | str) -> Path | None:
+    """Where a run file is kept: `path` itself, or `path.gz` (a committed run keeps its large files gzipped), or None
+    when neither exists."""
+    path = Path(path)
+    gzipped = path.with_name(path.name + ".gz")
+    return path if path.is_file() else gzipped if gzipped.is_file() else None
+
+
+def stored_bytes(path: Path | str) -> bytes:
+    """A run file's bytes, read from `path` or decompressed from `path.gz` (`stored_path`)."""
+    found = stored_path(path)
+    if found is None:
+        raise FileNotFoundError(f"{path}: missing (neither it nor {Path(path).name}.gz is there)")
+    data = found.read_bytes()
+    return gzip.decompress(data) if found.suffix == ".gz" else data
+
+
 def read_records(path: Path | str, *, missing_ok: bool = True) -> list[dict]:
     """The workbook's one JSON-lines reader: a stage's files (corpus rows, episodes) and the logs it appends to
-    (validation points, alarms). A log that does not exist yet reads as []; with `missing_ok=False` (a file an
-    earlier stage must have written) a missing file is a FileNotFoundError naming it. A damaged line is an error
-    naming the file and the line."""
+    (validation points, alarms); a file kept gzipped beside its name (`path.gz`) reads the same. A log that does not
+    exist yet reads as []; with `missing_ok=False` (a file an earlier stage must have written) a missing file is a
+    FileNotFoundError naming it. A damaged line is an error naming the file and the line."""
     path = Path(path)
-    if not path.is_file():
+    if stored_path(path) is None:
         if missing_ok:
             return []
         raise FileNotFoundError(f"{path}: missing (an earlier stage should have written it)")
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(stored_bytes(path).decode("utf-8").splitlines(), start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))

@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from ..episodes import teacher_states
 from ..io import atomic_write_json
+from ..merging import MergeError, MergeExistsError, compare_outputs, fp32, merge_adapter, model_outputs
 from ..models import load_model, sha256_file, weights_sha256
 
-LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
-
-
-def fp32(model_config):
-    """The model config the merge and its check load with: fp32 weights, whatever the run trained in, through plain
-    transformers and PEFT (a merge needs no training kernels). In bf16 a merged weight rounds W + BA once where the
-    adapter adds BA to a rounded W, so the two differ by bf16 rounding, not by a merge error (SmolLM2 in bf16 on a
-    CPU: logits 0.44 apart, 3 of 8 greedy texts different after a 2-step GRPO); in fp32 they agree to float rounding
-    and the check tests the merge itself. The merged folder is fp32; a run loads it in its own precision."""
-    return model_config.model_copy(update={"precision": "fp32", "use_unsloth": "never"})
-
-
-class ExportError(RuntimeError):
-    """The export cannot be made or does not behave like the model it came from."""
-
-
-class ExportExistsError(ExportError, FileExistsError):
-    """The export folder already exists; exports are never overwritten."""
+# the merge and its check live one floor down, where the gate's rebuild of a committed run reads them too
+ExportError, ExportExistsError = MergeError, MergeExistsError
 
 
 def file_manifest(folder: Path) -> dict:
@@ -55,61 +37,6 @@ def check_prompts(config, n: int) -> list[list[dict]]:
     env = spec.make_env()
     states = teacher_states(env, spec.make_policy(spec.teacher), range(n), "holdout")[:n]
     return [env.render(env.restore(seed, "holdout", history)) for seed, history in states]
-
-
-@torch.no_grad()
-def model_outputs(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int) -> dict:
-    """Greedy completions and next-token logits for each prompt (one at a time: no padding effects)."""
-    texts, logits = [], []
-    for messages in prompts:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
-        logits.append(model(**encoded).logits[0, -1].float().cpu().tolist())
-        output = model.generate(
-            **encoded,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        texts.append(tokenizer.decode(output[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True))
-    return {"texts": texts, "logits": logits}
-
-
-def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_config) -> None:
-    """Merge a LoRA adapter into its base into `target`, a new folder (written to a temp sibling, then renamed)."""
-    from peft import PeftModel
-
-    target = Path(target)
-    if target.exists():
-        raise ExportExistsError(
-            f"{target} already exists; exports are never overwritten (choose a new run or delete it yourself)"
-        )
-    model, tokenizer, _ = load_model(base_dir, model_config, trainable=False)
-    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    merged.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(target)
-
-
-def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_TOLERANCE) -> dict:
-    """Do two models agree on fixed prompts? Greedy texts equal and logits within `tolerance`."""
-    if len(candidate["texts"]) != len(reference["texts"]) or len(candidate["logits"]) != len(reference["logits"]):
-        raise ExportError(f"outputs for {len(candidate['texts'])} prompts compared with {len(reference['texts'])}")
-    diffs = [
-        max(abs(a - b) for a, b in zip(x, y, strict=True))
-        for x, y in zip(reference["logits"], candidate["logits"], strict=True)
-    ]
-    same = [a == b for a, b in zip(reference["texts"], candidate["texts"], strict=True)]
-    return {
-        "prompts": len(same),
-        "greedy_texts_equal": sum(same),
-        "max_abs_logit_diff": max(diffs),
-        "tolerance": tolerance,
-        "agree": all(same) and max(diffs) <= tolerance,
-    }
 
 
 def _start_fresh_process(run_dir: Path, model_dir: Path, prompts_path: Path, out: Path, log) -> subprocess.Popen:

@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..io import atomic_write_bytes
+from ..io import atomic_write_bytes, stored_path
 from ..runs import now, read_json_record
 
 SUMS = "SHA256SUMS"
@@ -56,7 +56,7 @@ def missing_gate_inputs(run_dir: Path, manifest: dict) -> list[str]:
     file by file, but the gate on its copy fails `manifest_valid` and `every_action_has_provenance`."""
     from ..gate import reread_files
 
-    return [name for name in reread_files(run_dir, manifest) if not (run_dir / name).is_file()]
+    return [name for name in reread_files(run_dir, manifest) if stored_path(run_dir / name) is None]
 
 
 def package_run(run_dir: Path | str, out: Path | str | None = None, weights: bool = False) -> dict:

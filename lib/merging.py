@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .io import atomic_write_json, weights_sha256
+from .io import atomic_write_json, stored_bytes, stored_path, weights_sha256
 from .models import load_model
 
 LOGIT_TOLERANCE = 1e-4  # default export.logit_tolerance (fp32); greedy texts must match exactly
@@ -143,8 +143,8 @@ def _rebuild_export(run_dir: Path, config, records: dict) -> dict | None:
 
 def _check_outputs(run_dir: Path, config, target: Path) -> dict:
     """The rebuilt merged model's outputs on the export check prompts against those the export stage recorded."""
-    recorded = run_dir / "export" / "merged_outputs.json"
-    if not recorded.is_file():
+    recorded = run_dir / "export" / "merged_outputs.json"  # or gzipped beside it (`python -m lib slim`)
+    if stored_path(recorded) is None:
         raise MergeError(
             f"{target} rebuilt with other weights than recorded, and export/merged_outputs.json (the recorded "
             "outputs to check it by) is missing: the rebuild cannot be checked"
@@ -152,7 +152,7 @@ def _check_outputs(run_dir: Path, config, target: Path) -> dict:
     model, tokenizer, _ = load_model(target, fp32(config.model), trainable=False)
     prompts = json.loads((run_dir / "export" / "check_prompts.json").read_text())
     outputs = model_outputs(model.eval(), tokenizer, prompts, config.grpo.max_completion_length)
-    return compare_outputs(json.loads(recorded.read_text()), outputs, config.export.logit_tolerance)
+    return compare_outputs(json.loads(stored_bytes(recorded)), outputs, config.export.logit_tolerance)
 
 
 def rebuild_missing(run_dir: Path | str) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from lib.training.grpo import run_grpo
 from lib.training.sft import run_sft
 from tests import micro
 
+REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # trains a micro run
 
 MICRO = {**micro.MICRO, **micro.MICRO_EVAL, "eval.ablations": [], "model.sft_full_finetune": False}
@@ -116,3 +118,32 @@ def test_a_merged_folder_that_cannot_be_rebuilt_fails_the_gate_naming_what_is_mi
 
 def test_rebuild_leaves_a_complete_run_alone(finished):
     assert rebuild_missing(finished.dir) == {}
+
+
+def test_slim_makes_a_committable_run_that_gates_and_refuses_what_it_could_not_rebuild(finished, tmp_path):
+    import subprocess
+    import sys
+
+    from lib.export.slim import SlimError, slim_run
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(finished.dir, tampered)
+    weights = tampered / "grpo" / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\x00" * 4)
+    with pytest.raises(SlimError, match="not the adapter its stage recorded"):
+        slim_run(tampered)
+    assert (tampered / "sft" / "model").is_dir() and (tampered / "export" / "merged").is_dir()  # nothing changed
+
+    copy = tmp_path / "slim"
+    shutil.copytree(finished.dir, copy)
+    (copy / "notes.md").write_text(f"made in {Path.home()}/x and {REPO}/outputs/run\n")
+    cli = subprocess.run([sys.executable, "-m", "lib", "slim", str(copy)], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    record = json.loads((copy / "slim.json").read_text())
+    assert {"sft/model", "export/merged"} <= set(record["removed"])
+    assert not (copy / "sft" / "model").exists() and not (copy / "export" / "merged").exists()
+    assert (copy / "notes.md").read_text() == "made in ~/x and outputs/run\n"
+    verdict = run_gate(copy, write=False)
+    assert not _failed(verdict), verdict
+    again = subprocess.run([sys.executable, "-m", "lib", "slim", str(tmp_path / "nowhere")], capture_output=True)
+    assert again.returncode == 2 and b"not a run folder" in again.stderr

@@ -1,5 +1,6 @@
 """The verbs of `python -m lib` that work on a run's artifacts: `package` and `verify` (an archive with checksums,
-then the gate on its unpacked copy), `activate` (the artifact later loads use), and the fresh-process workers of the
+then the gate on its unpacked copy), `slim` (a run made fit to commit), `activate` (the artifact later loads use),
+and the fresh-process workers of the
 export check and of post-save. Registered by lib/__main__.py; heavy imports happen only when a verb runs."""
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def _verify(args) -> int:
     result = verify_archive(args.archive, args.into)
     print(format_verification(result))
     return 0 if result["ok"] else 1 if not result["files"].ok else 3
+
+
+def _slim(args) -> int:
+    from .slim import slim_run
+
+    record = slim_run(args.run_dir)
+    print(
+        f"slimmed {args.run_dir}: removed {', '.join(record['removed']) or 'nothing'}; gzipped "
+        f"{', '.join(record['gzipped']) or 'nothing'}; machine paths replaced in {len(record['paths_replaced_in'])} "
+        f"files (slim.json). Check it: python -m lib gate {args.run_dir}"
+    )
+    return 0
 
 
 def _activate(args) -> int:
@@ -66,6 +79,12 @@ def add_verbs(verbs) -> None:
     v.add_argument("archive", type=Path)
     v.add_argument("--into", type=Path, default=None, help="unpack here and keep it (default: a temporary folder)")
     v.set_defaults(func=_verify)
+    s = verbs.add_parser(
+        "slim",
+        help="make a finished run fit to commit: drop what the gate rebuilds, gzip large records, no machine paths",
+    )
+    s.add_argument("run_dir", type=Path)
+    s.set_defaults(func=_slim)
     a = verbs.add_parser("activate", help="name the artifact of a run that later loads use (outputs/active_model.json)")
     a.add_argument("run_dir", type=Path)
     a.add_argument(

@@ -1,7 +1,7 @@
 """The verbs of `python -m lib` that work on a run's artifacts: `package` and `verify` (an archive with checksums,
 then the gate on its unpacked copy), `slim` (a run made fit to commit), `activate` (the artifact later loads use),
-and the fresh-process workers of the
-export check and of post-save. Registered by lib/__main__.py; heavy imports happen only when a verb runs."""
+and the fresh-process workers of the export check and of post-save. Registered by lib/__main__.py; heavy imports
+happen only when a verb runs."""
 
 from __future__ import annotations
 

@@ -114,7 +114,10 @@ def _rebuild_sft(run_dir: Path, config, records: dict) -> dict | None:
     if target.exists():
         return None
     if "adapter" not in sft["outputs"]:
-        raise MergeError(f"{target} is missing and cannot be rebuilt: the sft stage kept no adapter (full fine-tune)")
+        raise MergeError(
+            f"{target} is missing and cannot be rebuilt: the sft stage's record names no adapter (it trained every "
+            "weight, or it ran before the sft stage kept its adapter)"
+        )
     made = _rebuild(sft["inputs"]["base"], Path(sft["outputs"]["adapter"]), target, config.model, "")
     made["recorded_sha256"] = sft["metrics"]["weights_sha256"]
     made["identical"] = made["sha256"] == made["recorded_sha256"]

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup browser test test-fast run serve baselines bench-train bench-speed clean
+.PHONY: setup browser test test-fast run lab serve baselines bench-train bench-speed clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test-fast: $(STAMP) browser
 # The whole workbook on the default cpu-smoke profile: every stage notebook, executed into outputs/<run_id>/.
 run: $(STAMP)
 	$(PY) -m lib run --profile $(or $(PROFILE),cpu-smoke)
+
+# The workbook in JupyterLab, rooted at the repository, One_Run_Runner.ipynb open (the stage notebooks are in
+# notebooks/). Extra options go in LAB_ARGS, e.g. LAB_ARGS="--no-browser --port 8890".
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ARGS) One_Run_Runner.ipynb
 
 # One environment's OpenEnv server and dashboard on http://127.0.0.1:$(PORT)/ (RUN=outputs/ID adds that run's charts,
 # gate verdict and replay).

@@ -120,6 +120,9 @@ class DamagedRunError(ValueError):
     """A run folder's manifest.json or stage.json is missing, empty, truncated or inconsistent; names the file."""
 
 
+# Set by `python -m lib run` (lib/pipeline/runner.py) for the stage kernels whose output it passes on to a terminal:
+# their trainers then draw a text step bar too (lib/training/harness.py), since a terminal never sees a notebook's HTML.
+TEXT_PROGRESS_ENV = "WORKBOOK_TEXT_PROGRESS"
 RUN_RELATIVE = "./"  # a stage record's path inside its own run folder: "./sft/model" (hub ids never start so)
 
 

@@ -128,6 +128,21 @@ def test_one_home_each_benchmarks_stages_and_orchestration():
     assert all(m.startswith(("lib.bench", "lib.__main__")) for m in reaching), reaching  # no stage runs a benchmark
 
 
+def test_the_package_holds_the_workbook_and_no_lab_machinery():
+    """lib/ is what a user of `python -m lib` runs: no plan for one lent machine's transfer limits (the lease and
+    its wheel carrier, removed), not even a word of it in any file the package ships."""
+    root = imports.ROOT
+    assert not list((root / "bench").glob("lease*"))
+    word = re.compile(r"\blease", re.IGNORECASE)
+    shipped = (".py", ".yaml", ".md", ".json", ".csv", ".html", ".txt")
+    hits = [
+        str(path.relative_to(root.parent))
+        for path in sorted(root.rglob("*"))
+        if path.suffix in shipped and "__pycache__" not in path.parts and word.search(path.read_text(errors="replace"))
+    ]
+    assert hits == []
+
+
 def test_unknown_environment_is_a_clear_error_listing_the_known_ones():
     with pytest.raises(UnknownEnvironmentError, match=r"unknown environment 'nope'; known: \[.*'polyguard'"):
         get_spec("nope")

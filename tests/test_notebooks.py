@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -16,7 +17,16 @@ import papermill
 import pytest
 import yaml
 
-from lib.pipeline.runner import NOTEBOOKS, REPO, StageFailed, UnknownParameterError, check_parameters, plan, run_stages
+from lib.pipeline.runner import (
+    NOTEBOOKS,
+    REPO,
+    StageFailed,
+    UnknownParameterError,
+    check_parameters,
+    kernel_options,
+    plan,
+    run_stages,
+)
 from lib.pipeline.stages import notebooks
 from lib.reporting.plots import CHARTS, OPTIONAL_CHARTS
 
@@ -100,6 +110,60 @@ def test_cli_run_rejects_an_unknown_override_before_running_anything():
     )
     assert done.returncode != 0 and "grpo.max_stepz: unknown key" in done.stderr
     assert not (REPO / "outputs" / "never").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets")
+def test_a_kernel_started_as_the_runner_starts_it_talks_over_ipc_and_its_output_comes_as_it_runs(tmp_path, capfd):
+    """`python -m lib run` starts each kernel on Unix sockets, so ipykernel does not warn, once per kernel, that it
+    "is running over TCP without encryption"; a stage's prints and progress bars (carriage returns kept) reach this
+    process's stdout and stderr (papermill's stdout_file and stderr_file), not only the executed notebook."""
+    options = kernel_options()
+    manager = options["kernel_manager_class"]()
+    assert manager.transport == "ipc" and Path(manager.ip).parent == Path(tempfile.gettempdir())
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    book.cells = [
+        nbformat.v4.new_code_cell("import sys\nprint('stage line')\nprint('\\rbar 1/2\\rbar 2/2', file=sys.stderr)")
+    ]
+    nbformat.write(book, str(tmp_path / "tiny.ipynb"))
+    papermill.execute_notebook(
+        str(tmp_path / "tiny.ipynb"),
+        str(tmp_path / "executed.ipynb"),
+        progress_bar=False,
+        stdout_file=sys.stdout,
+        stderr_file=sys.stderr,
+        **options,
+    )
+    out, err = capfd.readouterr()
+    assert "stage line\n" in out and "\rbar 1/2\rbar 2/2" in err
+    assert "without encryption" not in err and "WARNING" not in err, err
+
+
+def test_a_trainer_in_a_stage_kernel_whose_output_reaches_a_terminal_draws_a_text_step_bar(monkeypatch, capsys):
+    """In a notebook kernel the trainers draw their step bar as HTML, which `python -m lib run` cannot pass on to a
+    terminal: there (TEXT_PROGRESS_ENV set by run_stages) they draw a text bar too, the last logged loss beside it,
+    without printing the logs. A notebook opened by hand, or a stage run outside a notebook, gets nothing added."""
+    from transformers import ProgressCallback, TrainerControl, TrainerState, trainer
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    from lib.runs import TEXT_PROGRESS_ENV
+    from lib.training.harness import TextProgress, progress_callbacks
+
+    monkeypatch.setattr(trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)  # as in a kernel
+    monkeypatch.delenv(TEXT_PROGRESS_ENV, raising=False)
+    assert progress_callbacks() == []
+    monkeypatch.setenv(TEXT_PROGRESS_ENV, "1")
+    (bar,) = progress_callbacks()
+    assert isinstance(bar, TextProgress)
+    monkeypatch.setattr(trainer, "DEFAULT_PROGRESS_CALLBACK", ProgressCallback)  # outside a notebook: text already
+    assert progress_callbacks() == []
+    state, control = TrainerState(max_steps=4, is_world_process_zero=True), TrainerControl()
+    bar.on_train_begin(None, state, control)
+    bar.on_log(None, state, control, logs={"loss": 0.123456, "learning_rate": 1e-3})
+    bar.on_step_end(None, state, control)
+    bar.on_train_end(None, state, control)
+    err = capsys.readouterr().err
+    assert "loss=0.1235" in err and "learning_rate" not in err
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ def test_samples_go_to_the_first_matching_bucket(tmp_path):
         {"name": "score_answers", "file": "lib/candidates.py"},
         {"name": "forward", "file": "transformers/models/qwen2/modeling_qwen2.py"},
         {"name": "_engine_run_backward", "file": "torch/autograd/graph.py"},
-        {"name": "step", "file": "/work/lib/envs/polyguard/env.py"},
+        {"name": "step", "file": "/checkout/lib/envs/polyguard/env.py"},
         {"name": "prompt_ids", "file": "lib/candidates.py"},
     ]
     samples = [[0, 1, 2], [0, 1], [0, 3], [0, 4], [0, 1, 5], [0]]

@@ -6,9 +6,6 @@
 - `bench_train` (`python -m lib bench-train`): wall time of the corpus, sft and grpo stage commands, repeated.
 - `probe_explore` (`python -m lib probe-explore`): can a policy sample what beats the teacher, on fixed states.
 - `probe_policy` (`python -m lib.bench.probe_policy`): greedy agreement with the teacher by action kind.
-- `lease` (`python -m lib.bench.lease prepare|run`): a whole run inside one lent GPU lease, the wheels the device
-  lacks carried call by call (`lease_wheels`), the run detached and its records copied out as it goes
-  (bench/README.md).
 
 What they measured and committed lives in bench/ at the repository root (evidence only, no code); bench/README.md
 names the command that produced each file.

@@ -17,14 +17,27 @@ The parameters cross each layer once and are checked before any kernel starts: `
 (a bad profile or override fails here) and checks the runner's declared parameters (PROFILE, RUN_ID, STAGES,
 OVERRIDES); `run_stages` checks every stage notebook's (RUN_ID, PROFILE, OVERRIDES) before the first one runs.
 A stage notebook reads the run's own config from its manifest after the first stage (`lib.runs.open_run`).
+
+What the terminal shows: each stage's own output (its prints and progress bars) as it runs. The inner layer writes
+each stage kernel's stdout and stderr to the runner's own (`echo`), and the outer layer writes the runner kernel's
+to the terminal, so a 25-minute SFT stage shows its bars (its trainer's step bar drawn as text too, not only as
+the notebook's HTML: TEXT_PROGRESS_ENV, lib/training/harness.py); in Jupyter they appear under the runner's cell. Every
+kernel papermill starts here talks over Unix sockets (`kernel_options`), so ipykernel has no cause for its "running
+over TCP without encryption" warning, once per kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from .stages import STAGE_NAMES, STAGES, notebooks
 
@@ -82,6 +95,46 @@ def plan(run_id: str, profile: str, stages: list[str] | None = None, output_root
     )
 
 
+@functools.cache
+def _ipc_kernel_manager() -> type:
+    """jupyter_client's kernel manager, its kernels on Unix sockets (IPC) under the temporary folder instead of TCP
+    ports on localhost: no port is opened, and ipykernel, which warns about plain TCP, has nothing to warn about."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        def _ip_default(self) -> str:  # the sockets' path prefix; jupyter_client removes the sockets at shutdown
+            if self.transport != "ipc":
+                return super()._ip_default()
+            return os.path.join(tempfile.gettempdir(), f"workbook-kernel-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
+
+
+def kernel_options() -> dict:
+    """papermill's keyword arguments for the kernels it starts: IPC where Unix sockets exist, else its default."""
+    return {"kernel_manager_class": _ipc_kernel_manager()} if os.name == "posix" else {}
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """os.environ with `values` set inside the block (a kernel started there inherits them), as it was after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_stages(
     run_id: str,
     profile: str,
@@ -89,33 +142,47 @@ def run_stages(
     overrides: dict | None = None,
     output_root: str = "outputs",
     kernel_name: str | None = None,
+    echo: bool = True,
 ) -> list[Path]:
-    """Execute each stage notebook with papermill; returns the executed notebooks' paths."""
+    """Execute each stage notebook with papermill; returns the executed notebooks' paths. Each stage starts with a
+    line naming it; with `echo` its kernel's stdout and stderr (prints, progress bars, the trainers' step bars as
+    text: TEXT_PROGRESS_ENV) go to this process's as they come, besides the executed notebook."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
+
+    from ..runs import TEXT_PROGRESS_ENV
 
     table = plan(run_id, profile, stages, output_root)
     parameters = {"RUN_ID": run_id, "PROFILE": profile, "OVERRIDES": dict(overrides or {})}
     for notebook in table["notebook"]:
         check_parameters(REPO / notebook, parameters)
+    streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if echo else {}
     executed = []
-    for stage, notebook in tqdm(list(zip(table["stage"], table["notebook"])), desc=f"run {run_id}", unit="notebook"):
+    rows = list(zip(table["stage"], table["notebook"]))
+    for number, (stage, notebook) in enumerate(rows, start=1):
         target = REPO / output_root / run_id / stage / f"{stage}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
+        print(f"[{number}/{len(rows)}] {stage}: {notebook} -> {_shown(target)}", flush=True)
+        start = time.monotonic()
         try:
-            papermill.execute_notebook(
-                str(REPO / notebook),
-                str(target),
-                parameters=parameters,
-                kernel_name=kernel_name,
-                cwd=str(REPO),
-                progress_bar=False,
-            )
+            with _environment({TEXT_PROGRESS_ENV: "1"} if echo else {}):
+                papermill.execute_notebook(
+                    str(REPO / notebook),
+                    str(target),
+                    parameters=parameters,
+                    kernel_name=kernel_name,
+                    cwd=str(REPO),
+                    progress_bar=False,
+                    **streams,
+                    **kernel_options(),
+                )
         except PapermillExecutionError as error:
             raise StageFailed(
                 f"stage {stage!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}\n"
                 f"executed notebook with the traceback: {target}"
             ) from None
+        sys.stderr.flush()
+        print(f"[{number}/{len(rows)}] {stage} done in {time.monotonic() - start:.0f} s", flush=True)
         executed.append(target)
     return executed
 
@@ -173,8 +240,6 @@ def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Pa
     """`python -m lib run`: execute One_Run_Runner.ipynb with papermill (it runs every stage notebook), then print
     the gate's verdict. Chosen stages that leave the front page without its inputs run without it and end with what
     the gate still needs (`partial_run_outcome`). Returns the run folder, or None when a stage failed."""
-    import sys
-
     import papermill
 
     from ..config import load_config
@@ -203,8 +268,18 @@ def run_profile(profile: str, run_id: str | None, stages, overrides: dict) -> Pa
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"running {profile} as outputs/{run_id} (executed runner: {target})", flush=True)
     try:
+        # the runner kernel's output (each stage's, passed on by run_stages) goes to the terminal as it comes;
+        # coalescing keeps only a progress bar's last state in the executed runner
         papermill.execute_notebook(
-            str(runner), str(target), parameters=parameters, cwd=str(REPO), progress_bar=False, log_output=True
+            str(runner),
+            str(target),
+            parameters=parameters,
+            cwd=str(REPO),
+            progress_bar=False,
+            stdout_file=sys.stdout,
+            stderr_file=sys.stderr,
+            coalesce_streams=True,
+            **kernel_options(),
         )
     except papermill.PapermillExecutionError as error:
         print(

@@ -39,7 +39,7 @@ from ..io import append_record, atomic_write_text, read_records
 from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
 from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
-from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, save_atomically
+from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, progress_callbacks, save_atomically
 from .sft import sft_args
 from .validation import best_point, read_curve, validation_point, write_references
 
@@ -281,7 +281,7 @@ def _fit(config, run: Run, out, stage: str, base_model: str, previous, rows: lis
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),
         processing_class=tokenizer,
         peft_config=peft,
-        callbacks=callbacks,
+        callbacks=[*callbacks, *progress_callbacks()],
     )
     with run.lap(stage, "train"):
         result = trainer.train().metrics

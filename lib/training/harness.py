@@ -5,6 +5,7 @@
   and a NaN/inf loss;
 - the callbacks that log every step to a jsonl file and write each checkpoint's manifest, and the atomic save of
   what was trained;
+- a text step bar for a stage kernel whose output reaches a terminal (`progress_callbacks`);
 - TRL on a CPU-only torch: TRL 1.15 computes SFT and GRPO log-probs with a fused LM head whose kernel is written in
   Triton, and the CPU torch wheel ships no Triton, so both trainers fail at their first step
   (`_ChunkedLogProbFunction` is None). When and only when that kernel is missing, `ensure_logprob_kernel()` plugs in
@@ -15,20 +16,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import shutil
 import time
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..checkpoints import write_checkpoint_manifest
 from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..models import cuda_available, resolved_precision
-from ..runs import Run
+from ..runs import TEXT_PROGRESS_ENV, Run
 from .anchor import saved_adapters
 
 
@@ -103,6 +105,26 @@ class JsonlLogger(TrainerCallback):
             self._last = (record["time"], record["num_tokens"])
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+
+
+class TextProgress(ProgressCallback):
+    """The trainer's step bar as text (tqdm on stderr), the last logged loss beside it. The logs themselves go to
+    train_log.jsonl (JsonlLogger), not to the screen."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.training_bar is not None and logs and "loss" in logs:
+            self.training_bar.set_postfix(loss=f"{logs['loss']:.4g}", refresh=False)
+
+
+def progress_callbacks() -> list:
+    """A text step bar where a stage kernel's output goes on to a terminal (`python -m lib run` sets
+    TEXT_PROGRESS_ENV for its stage kernels) and the trainer's own bar is the notebook's HTML, which no terminal
+    shows; elsewhere (a notebook opened by hand, `python -m lib stage`) nothing: the trainer's own bar is there."""
+    from transformers import trainer
+
+    if os.environ.get(TEXT_PROGRESS_ENV) != "1" or trainer.DEFAULT_PROGRESS_CALLBACK is ProgressCallback:
+        return []
+    return [TextProgress()]
 
 
 class CheckpointManifestCallback(TrainerCallback):

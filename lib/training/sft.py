@@ -25,6 +25,7 @@ from .harness import (
     check_answer_length,
     ensure_logprob_kernel,
     precision_flags,
+    progress_callbacks,
     save_atomically,
     tracking_args,
 )
@@ -113,7 +114,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             train_dataset=_sft_dataset(rows),
             processing_class=tokenizer,
             peft_config=peft,
-            callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *extra_callbacks],
+            callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *progress_callbacks(), *extra_callbacks],
         )
     with run.lap("sft", "train"):
         runtime = trainer.train().metrics["train_runtime"]

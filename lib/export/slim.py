@@ -2,9 +2,10 @@
 re-check it with `python -m lib gate outputs/<id>`.
 
 What it does, each step recorded in `<run>/slim.json`:
-- removes the merged folders the gate can rebuild from the adapters the run keeps (lib/merging.py): `sft/model` when
-  `sft/adapter` holds the adapter its record names, `export/merged` when `grpo/adapter` does and the export stage
-  recorded the merged model's outputs; and the trainers' scratch folders (`<stage>/trainer/`), which no record reads;
+- removes the merged folders the gate can rebuild from the adapters the run keeps (lib/merging.py): `sft/model`
+  when `sft/adapter` holds the adapter its record names (an SFT that trained every weight keeps its model), and
+  `export/merged` when `grpo/adapter` does and the export stage recorded the merged model's outputs; and the
+  trainers' scratch folders (`<stage>/trainer/`), which no record reads;
 - gzips every JSON-lines or JSON file over 1 MB (`read_records` and the gate read `name.gz` as `name`);
 - replaces this machine's paths (the repository folder, the home folder) in the run's text files, which papermill and
   PEFT write into notebooks' metadata and adapter configs.
@@ -44,9 +45,8 @@ def removable_folders(run_dir: Path) -> list[Path]:
     folders = []
     if (run_dir / "sft" / "stage.json").is_file():
         sft = read_stage_record(run_dir, "sft")
-        if (run_dir / "sft" / "model").is_dir():
-            if "adapter" not in sft["outputs"]:
-                raise SlimError("sft/model: the sft stage trained every weight (no adapter): it cannot be rebuilt")
+        # a model whose SFT trained every weight (the tiny one) has no adapter to rebuild it from: it stays
+        if (run_dir / "sft" / "model").is_dir() and "adapter" in sft["outputs"]:
             _adapter_ok(Path(sft["outputs"]["adapter"]), sft["metrics"].get("adapter_sha256"), "sft/model")
             folders.append(run_dir / "sft" / "model")
     if (run_dir / "export" / "merged").is_dir():

@@ -154,10 +154,16 @@ def _merged_on_disk(run_dir: Path, merged: Path, recorded: str) -> tuple[str, st
     """The merged folder's weights sha and how it got there. A committed run keeps its adapters, not its merged
     folders: they are rebuilt here (lib/merging.py) and checked, by sha where this CPU gives the same bits, else by
     the merged model's outputs against the recorded ones within export.logit_tolerance. Never skipped."""
-    from .merging import rebuild_missing, rebuilt_record
+    from .merging import MergeError, rebuild_missing, rebuilt_record
 
     if not merged.exists():
-        rebuild_missing(run_dir)
+        try:
+            rebuild_missing(run_dir)
+        except (MergeError, DamagedRunError, FileNotFoundError, KeyError) as error:
+            raise GateFailure(
+                f"{merged.parent.name}/{merged.name} is missing and could not be rebuilt from the run's adapters: "
+                f"{error}"
+            ) from None
     on_disk, note = weights_sha256(merged), rebuilt_record(merged)
     if note is None or note["sha256"] == recorded:
         return on_disk, "" if note is None else "rebuilt from the run's adapters, bit-identical; "

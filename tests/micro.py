@@ -34,3 +34,28 @@ def corpus_run(profile: str, overrides: dict, folder):
     run = Run(folder, config)
     run_corpus(config, run)
     return config, run, read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"])
+
+
+def finished_run(overrides: dict, folder, policies: list[str], after_grpo=None):
+    """A cpu-smoke run with `overrides` through every stage the gate reads (corpus, sft, grpo, evaluate with the
+    baseline `policies`, export, postsave): (config, run). `after_grpo(run)` may change the trained adapter first."""
+    from lib.config import load_config
+    from lib.evaluation.evaluate import run_evaluate
+    from lib.export.merge import run_export
+    from lib.export.postsave import run_postsave
+    from lib.runs import Run
+    from lib.training.corpus import run_corpus
+    from lib.training.grpo import run_grpo
+    from lib.training.sft import run_sft
+
+    config = load_config("cpu-smoke", overrides)
+    run = Run(folder, config)
+    run_corpus(config, run)
+    run_sft(config, run)
+    run_grpo(config, run)
+    if after_grpo is not None:
+        after_grpo(run)
+    run_evaluate(config, run, policies=policies)
+    run_export(config, run)
+    run_postsave(config, run)
+    return config, run

@@ -18,9 +18,6 @@ from lib.export.merge import ExportExistsError, compare_outputs, merge_adapter, 
 from lib.export.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.models import weights_sha256
 from lib.runs import Run
-from lib.training.corpus import run_corpus
-from lib.training.grpo import run_grpo
-from lib.training.sft import run_sft
 from tests import micro
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
@@ -52,16 +49,7 @@ def _perturb_adapter(run):
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    config = load_config("cpu-smoke", MICRO)
-    run = Run(tmp_path_factory.mktemp("outputs") / "run", config)
-    run_corpus(config, run)
-    run_sft(config, run)
-    run_grpo(config, run)
-    _perturb_adapter(run)
-    run_evaluate(config, run, policies=BASELINES)
-    run_export(config, run)
-    run_postsave(config, run)
-    return config, run
+    return micro.finished_run(MICRO, tmp_path_factory.mktemp("outputs") / "run", BASELINES, _perturb_adapter)
 
 
 def test_the_no_sft_ablation_is_trained_by_the_grpo_stage_and_only_loaded_by_evaluation(done):

@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lib.config import load_config
-from lib.export.merge import run_export
-from lib.export.postsave import run_postsave
 from lib.gate import OUTCOME_CHECKS, run_gate
 from lib.merging import REBUILT, rebuild_missing
-from lib.runs import Run
-from lib.training.corpus import run_corpus
-from lib.training.grpo import run_grpo
-from lib.training.sft import run_sft
 from tests import micro
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,17 +24,7 @@ MICRO = {**micro.MICRO, **micro.MICRO_EVAL, "eval.ablations": [], "model.sft_ful
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A micro run whose SFT trains an adapter (as SmolLM2's does), through export and post-save."""
-    from lib.evaluation.evaluate import run_evaluate
-
-    config = load_config("cpu-smoke", MICRO)
-    run = Run(tmp_path_factory.mktemp("outputs") / "run", config)
-    run_corpus(config, run)
-    run_sft(config, run)
-    run_grpo(config, run)
-    run_evaluate(config, run, policies=["random", "heuristic", "oracle"])
-    run_export(config, run)
-    run_postsave(config, run)
-    return run
+    return micro.finished_run(MICRO, tmp_path_factory.mktemp("outputs") / "run", ["random", "heuristic", "oracle"])[1]
 
 
 def _slimmed(run, tmp_path):

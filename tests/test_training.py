@@ -453,6 +453,24 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     assert trained.read_stage("sft")["outputs"]["model"].startswith(str(trained.dir))  # the base is untouched
 
 
+def test_a_fork_that_changes_the_episode_count_makes_its_baselines_again_and_gates_its_manifest(trained, tmp_path):
+    """The baselines stage records eval.episodes: a fork that changes it plays its own baselines (a fork that does
+    not shares the base's), so every stage record of the fork ran with the fork's config."""
+    from lib.evaluation.baselines import run_baselines_stage
+    from lib.gate import _manifest
+    from lib.pipeline.fork import fork_run
+
+    config, base = _fresh(trained, tmp_path, **{"eval.episodes": 3})
+    run_baselines_stage(config, base)
+    _, same = fork_run(base.dir, tmp_path / "same", {"grpo.max_steps": 2})
+    assert (same.dir / "baselines" / "baselines.json").samefile(base.dir / "baselines" / "baselines.json")
+    _, other = fork_run(base.dir, tmp_path / "other", {"eval.episodes": 4})
+    assert other.read_stage("baselines")["params"] == {"episodes": 4}
+    assert "baselines" not in json.loads((other.dir / "manifest.json").read_text())["forked_from"]["shared_stages"]
+    assert _manifest(other.dir).startswith("profile cpu-smoke")
+    assert _manifest(same.dir).startswith("profile cpu-smoke")
+
+
 def test_exploration_metrics_count_only_groups_that_beat_the_reference():
     from lib.reward import group_metrics
 

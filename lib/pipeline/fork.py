@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, override_config
+from ..evaluation.baselines import run_baselines_stage
+from ..gate import STAGE_PARAMS
 from ..io import atomic_write_json
 from ..runs import Run, git_state, hardware, now, package_versions, read_config, read_json_record
 from ..training.corpus import run_corpus
@@ -43,9 +45,11 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
         # `lib stage grpo` goes on from the base's last round (lib/training/aggrevate.py: done_rounds)
         shutil.copytree(base_dir / "grpo", target_dir / "grpo")
         shared.append("grpo")
-    new_prompts = any(k.startswith("corpus.") for k in overrides)
-    if new_prompts:  # other GRPO prompts: the corpus is made again, and its SFT rows must be the base's
-        shared.remove("corpus")
+    # a shared stage whose recorded settings the overrides change is made again in the fork (other GRPO prompts:
+    # the corpus, whose SFT rows must stay the base's; another eval.episodes: the baselines), so every stage record
+    # of the fork ran with the fork's config (the gate's `manifest_valid`)
+    remade = [s for s in ("corpus", "baselines") if s in shared and STAGE_PARAMS[s](base) != STAGE_PARAMS[s](config)]
+    shared = [s for s in shared if s not in remade]
     for stage in shared:
         if stage != "grpo":
             shutil.copytree(base_dir / stage, target_dir / stage, copy_function=os.link, dirs_exist_ok=True)
@@ -72,7 +76,7 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
     )
     atomic_write_json(target_dir / "manifest.json", manifest)
     run = Run(target_dir, config)
-    if new_prompts:
+    if "corpus" in remade:
         run_corpus(config, run)
         made, base_sft = run.manifest()["corpus_hashes"]["sft.jsonl"], manifest["corpus_hashes"]["sft.jsonl"]
         if made != base_sft:
@@ -81,6 +85,8 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
                 f"these corpus overrides changed the SFT rows (sft.jsonl {made[:12]} != {base_sft[:12]}), "
                 "so the base's SFT model does not belong to them; fork removed"
             )
+    if "baselines" in remade:
+        run_baselines_stage(config, run)
     return config, run
 
 

@@ -147,7 +147,7 @@ def save_atomically(trainer, tokenizer, target: Path, merge: bool, adapter_targe
     """Save into a temporary sibling folder and rename it into place, so a crash never leaves half a model. Under
     accelerate / torchrun rank 0 saves and every process waits until it has. With `merge` and `adapter_target`, the
     adapter alone is saved there too, before the merge: a few MB from which the merged folder can be rebuilt
-    (`lib.export.rebuild`), so a run can be committed without its merged weights."""
+    (`lib.merging.rebuild_missing`), so a run can be committed without its merged weights."""
     if not is_main():
         wait_for_everyone()
         return

@@ -156,7 +156,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "train_runtime_s": round(runtime, 3),
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
             "weights_sha256": weights_sha256(model_dir),
-            # the merged folder's recipe: `base` with this adapter merged in (lib/export/rebuild.py)
+            # the merged folder's recipe: `base` with this adapter merged in (lib/merging.py)
             **({"adapter_sha256": weights_sha256(adapter_dir)} if adapter else {}),
             "full_finetune": not adapter,
             "imitation": imitation,

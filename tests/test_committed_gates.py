@@ -1,5 +1,5 @@
-"""The committed GPU runs under bench/ gate from what git holds: every check but the two that need the weights they
-were kept without."""
+"""The committed runs gate from what git holds: the claim run every check (its merged weights rebuilt from its
+adapters), the GPU runs under bench/ every check but the two that need the weights they were kept without."""
 
 from __future__ import annotations
 
@@ -24,3 +24,15 @@ def test_a_committed_gpu_run_fails_only_the_checks_that_need_the_weights_it_was_
     assert failed == NEEDS_WEIGHTS, {n: checks[n]["detail"] for n in failed}
     assert "grpo/adapter" in checks["grpo_artifact_ok"]["detail"]
     assert "names no adapter" in checks["postsave_from_saved_artifact"]["detail"]
+
+
+@pytest.mark.slow
+def test_the_claim_run_passes_every_check_from_its_committed_files(tmp_path):
+    run = REPO / "outputs" / "smollm2-polyguard-s0"
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    assert not (copy / "sft" / "model").exists() and not (copy / "export" / "merged").exists()  # as committed
+    verdict = run_gate(copy, write=False)
+    assert verdict["passed"], [c for c in verdict["checks"] if not c["passed"]]
+    postsave = next(c["detail"] for c in verdict["checks"] if c["name"] == "postsave_from_saved_artifact")
+    assert postsave.startswith("rebuilt from the run's adapters")

@@ -12,18 +12,22 @@ from tests.committed import committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+RESULTS = (REPO / "docs" / "RESULTS.md").read_text()
+CLAIM_RUN = REPO / "outputs" / "smollm2-polyguard-s0"
 BLOCK = re.compile(
     r"<!-- generated: python -m lib summary (?P<runs>[^>]+?) -->\n(?P<body>.*?)<!-- end generated -->", re.S
 )
 
 
-def test_the_readme_is_a_guide_of_about_two_hundred_lines():
-    assert len(README.splitlines()) <= 250  # a user's guide with room to grow a little; lab notes go to docs/
+def test_the_readme_is_a_front_page_of_at_most_120_lines_built_on_the_claim_run():
+    assert len(README.splitlines()) <= 120  # a user's guide; lab notes go to docs/
+    assert "PROFILE=cpu-smollm2-polyguard make run" in README
+    assert f"<!-- generated: python -m lib summary outputs/{CLAIM_RUN.name} -->" in README
 
 
 def test_every_generated_table_is_what_the_summary_command_prints_for_its_committed_run():
-    blocks = list(BLOCK.finditer(README))
-    assert blocks, "no generated block"
+    blocks = list(BLOCK.finditer(README)) + list(BLOCK.finditer(RESULTS))
+    assert len(list(BLOCK.finditer(README))) == 1, "the README's one generated table is the claim run's"
     for block in blocks:
         runs = block["runs"].split()
         assert len(runs) == 1
@@ -46,11 +50,13 @@ def test_no_committed_run_file_names_the_machine_it_ran_on():
     assert not found, found
 
 
-def test_committed_runs_are_exactly_the_ones_the_readme_quotes():
+def test_committed_runs_are_exactly_the_ones_the_readme_and_the_results_quote():
     committed = {run.name for run in committed_runs()}
-    # a run id in its default form (date-time-profile) anywhere in the README, and any committed run it names
-    quoted = set(re.findall(r"outputs/(\d{8}-\d{6}-[\w.-]+?)(?=[/`)\s])", README))
-    quoted |= {name for name in committed if re.search(rf"outputs/{re.escape(name)}(?=[/`)\s])", README)}
+    # a run id in its default form (date-time-profile) anywhere in the two, and any committed run they name
+    # (of docs/RESULTS.md, its section on the committed runs: its dated history names runs long removed)
+    section = RESULTS[RESULTS.index("## The committed runs") : RESULTS.index("## Where the round ends")]
+    quoted = set(re.findall(r"outputs/(\d{8}-\d{6}-[\w.-]+?)(?=[/`)\s])", README + section))
+    quoted |= {name for name in committed if re.search(rf"outputs/{re.escape(name)}(?=[/`)\s])", README + section)}
     assert committed == quoted, (committed, quoted)
     # and every run folder the README cites by path (whatever its id) is one git tracks: outputs/ is ignored, so a
     # run that exists here but was never `git add -f`-ed would be missing from a clean checkout
@@ -115,7 +121,7 @@ def test_a_multi_environment_run_picks_each_environments_profile_and_tables_them
 
     assert env_profile("cpu-smoke", "sentinel_trust") == ("cpu-smoke-sentinel_trust", {})
     assert env_profile("gpu-smollm2", "sentinel_cluster") == ("gpu-smollm2", {"env": "sentinel_cluster"})
-    runs = sorted({Path(m.group(1)) for m in re.finditer(r"summary (outputs/\S+) -->", README)})
+    runs = sorted({Path(m.group(1)) for m in re.finditer(r"summary (outputs/\S+) -->", RESULTS)})
     table = environment_table([REPO / r for r in runs]).splitlines()
     envs = {line.split(" | ")[0].strip("| ") for line in table[2:]}
     assert envs == {"polyguard", "sentinel_trust", "json_tasks"}
@@ -161,3 +167,29 @@ def test_the_lab_notebook_opens_with_the_ledger_and_the_lever_index():
     levers = {row.split("`")[1] for row in head[index:] if row.startswith("| `")}
     missing = [key for key in RETIRED if not key.startswith("corpus.extras") and key not in levers]
     assert missing == [], f"retired settings without a row in the lever index: {missing}"
+
+
+CLAIM = re.compile(r"<!-- claim -->(.+?)<!-- end claim -->", re.S)
+
+
+def test_the_readme_and_the_results_say_the_same_of_the_claim_and_the_claim_run_agrees():
+    """One sentence, the same in both files; and what it says of PolyGuard is what the committed claim run's
+    eval.json shows: its RL policy above the teacher (paired CI) and below the best scripted baseline."""
+    said = [m[1].strip() for m in CLAIM.finditer(README)], [m[1].strip() for m in CLAIM.finditer(RESULTS)]
+    assert len(said[0]) == 1 and said[0] == said[1], said
+    report = __import__("json").loads((CLAIM_RUN / "evaluate" / "eval.json").read_text())
+    holdout = report["splits"]["holdout"]
+    rl = holdout["policies"]["grpo"]["mean_return"]
+    oracle = report["roles"]["oracle"]  # reads what no prompt shows: an upper reference, not a competitor
+    best = max(
+        (p["mean_return"], name)
+        for name, p in holdout["policies"].items()
+        if p["kind"] in ("baseline", "trivial") and name != oracle
+    )
+    beats_teacher = holdout["paired"]["grpo-teacher"]["ci95"][0] > 0
+    beats_every_baseline = rl > best[0]
+    sentence = said[0][0]
+    if beats_teacher and not beats_every_baseline:
+        assert "holds on no environment" in sentence and f"`{best[1]}`" in sentence, (sentence, best)
+    else:  # the run says something else now: the sentence, and this test, must be rewritten from it
+        raise AssertionError(f"the claim run no longer matches the sentence: teacher {beats_teacher}, best {best}")

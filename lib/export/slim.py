@@ -6,7 +6,8 @@ What it does, each step recorded in `<run>/slim.json`:
   when `sft/adapter` holds the adapter its record names (an SFT that trained every weight keeps its model), and
   `export/merged` when `grpo/adapter` does and the export stage recorded the merged model's outputs; and the
   trainers' scratch folders (`<stage>/trainer/`), which no record reads;
-- gzips every JSON-lines or JSON file over 1 MB (`read_records` and the gate read `name.gz` as `name`);
+- gzips every JSON-lines or JSON file over 1 MB of a stage folder, never inside an adapter's (`read_records` and
+  the gate read `name.gz` as `name`);
 - replaces this machine's paths (the repository folder, the home folder) in the run's text files, which papermill and
   PEFT write into notebooks' metadata and adapter configs.
 Nothing is removed that the gate cannot rebuild and check: an adapter whose sha is not the recorded one stops the
@@ -83,7 +84,13 @@ def slim_run(run_dir: Path | str) -> dict:
     scrubbed = [p for p in files if _scrub(p, replacements)]
     gzipped = []
     for path in files:
-        if path.suffix in GZIP_SUFFIXES and path.name not in KEEP_PLAIN and path.stat().st_size > GZIP_OVER:
+        in_stage_folder = len(path.relative_to(run_dir).parts) == 2  # never inside an adapter or model folder
+        if (
+            in_stage_folder
+            and path.suffix in GZIP_SUFFIXES
+            and path.name not in KEEP_PLAIN
+            and path.stat().st_size > GZIP_OVER
+        ):
             atomic_write_bytes(path.with_name(path.name + ".gz"), gzip.compress(path.read_bytes(), mtime=0))
             path.unlink()
             gzipped.append(path)

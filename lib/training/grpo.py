@@ -203,13 +203,8 @@ def train_grpo(
             peft_config=peft,
             rollout_func=source["rollout"],
             # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
-            callbacks=[
-                CheckpointManifestCallback(),
-                JsonlLogger(out / "train_log.jsonl"),
-                guard,
-                *progress_callbacks(),
-                *extra_callbacks,
-            ],
+            callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard]
+            + [*progress_callbacks(), *extra_callbacks],
         )
         policy["model"] = trainer.model
     validation = None

@@ -53,13 +53,16 @@ def _jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def _grpo_log(run_dir: Path, stage: str) -> dict:
-    """GRPO's final per-step loss and the bootstrap CI of its per-step mean reward, from its train_log.jsonl."""
+def _grpo_log(run_dir: Path, stage: str, mode: str | None) -> dict:
+    """The RL stage's final per-step loss and, for GRPO, the bootstrap CI of its per-step mean reward, from its
+    train_log.jsonl. AggreVaTe (`mode` aggrevate) fits labels and samples no reward: its CI is empty."""
     from ..stats import bootstrap_ci
 
     log = run_dir / stage / "train_log.jsonl"
     rows = _jsonl(log)
     losses = [r["loss"] for r in rows if "loss" in r]
+    if mode == "aggrevate":
+        return {"final_loss": losses[-1] if losses else None, "reward_ci95_lo": None, "reward_ci95_hi": None}
     key = reward_key(rows)  # what the samples returned (multi-turn's and soft_target's logs say it apart)
     rewards = [r[key] for r in rows if "reward" in r and key in r]
     if not rewards:
@@ -104,7 +107,7 @@ def run_rows(run_dir: Path | str) -> list[dict]:
                     steps=metrics.get("steps"),
                     reward_mean=metrics.get("reward_mean"),
                     zero_std_share=metrics.get("frac_reward_zero_std_mean"),
-                    **_grpo_log(run_dir, stage),
+                    **_grpo_log(run_dir, stage, metrics.get("mode")),
                 )
             elif stage == "evaluate":
                 evaluated = _eval_means(run_dir)

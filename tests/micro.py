@@ -10,7 +10,7 @@ MICRO = {
     "grpo.max_steps": 2,
     "grpo.batch_size": 8,
     "grpo.num_generations": 4,
-    "grpo.validate_every": 0,  # the validation curve has its own test
+    "rl.validate_every": 0,  # the validation curve has its own test
 }
 MICRO_EVAL = {
     "eval.episodes": 6,

@@ -72,12 +72,12 @@ def test_refresh_without_an_anchor_adapter_is_a_clear_error():
 
 @pytest.mark.parametrize(
     "settings, missing",
-    [({"grpo.beta": 0.0, "grpo.validate_every": 4}, "grpo.beta > 0"), ({"grpo.beta": 0.04}, "validate_every > 0")],
+    [({"grpo.beta": 0.0, "rl.validate_every": 4}, "grpo.beta > 0"), ({"grpo.beta": 0.04}, "rl.validate_every > 0")],
 )
 def test_anchor_best_needs_a_kl_term_and_a_validation_curve(settings, missing):
     with pytest.raises(ConfigError, match=missing):
-        load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.validate_every": 0, **settings})
-    assert load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.beta": 0.04, "grpo.validate_every": 4})
+        load_config("cpu-smoke", {"grpo.anchor": "best", "rl.validate_every": 0, **settings})
+    assert load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.beta": 0.04, "rl.validate_every": 4})
 
 
 @pytest.mark.slow
@@ -95,8 +95,8 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
     overrides = {
         **micro.MICRO,
         "grpo.max_steps": 4,
-        "grpo.validate_every": 1,
-        "grpo.validation_episodes": 4,
+        "rl.validate_every": 1,
+        "rl.validation_episodes": 4,
         "grpo.beta": 0.04,
         "grpo.anchor": "best",
         "grpo.learning_rate": 5e-3,

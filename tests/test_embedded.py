@@ -184,7 +184,7 @@ def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records
             "grpo.num_generations": 4,
             "grpo.max_completion_length": 16,  # every answer fits (AnswerTooLongError otherwise)
             "grpo.logging_steps": 1,
-            "grpo.validate_every": 0,  # validation episodes with the real model take minutes on a CPU
+            "rl.validate_every": 0,  # validation episodes with the real model take minutes on a CPU
         },
     )
     run = Run(tmp_path / "run", config)

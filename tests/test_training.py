@@ -640,7 +640,7 @@ def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained
     config, run = _fresh(
         trained,
         tmp_path,
-        **{"grpo.max_steps": 4, "grpo.validate_every": 2, "grpo.validation_episodes": 4, "grpo.alarm_drop": 0.0},
+        **{"grpo.max_steps": 4, "rl.validate_every": 2, "rl.validation_episodes": 4, "rl.alarm_drop": 0.0},
     )
     record = run_grpo(config, run)
     curve = read_curve(run.dir / "grpo" / "validation.jsonl")

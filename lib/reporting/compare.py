@@ -58,7 +58,7 @@ def compare_table(runs: list, split: str = "holdout") -> str:
 
 
 def _share(value) -> str:
-    """A GRPO share for the table, or n/a where the RL stage has none (grpo.mode aggrevate draws no groups)."""
+    """A GRPO share for the table, or n/a where the RL stage has none (AggreVaTe draws no groups)."""
     return "n/a" if value is None else f"{value:.3f}"
 
 

@@ -29,9 +29,13 @@ class NothingToDraw(Exception):
 
 
 def rl_mode(run_dir: Path) -> str:
-    """The run's RL stage (`grpo.mode`), from its manifest: step, every_candidate, soft_target, multi_turn or
-    aggrevate (no GRPO: no rewards, groups or samples to chart)."""
-    return _read(run_dir, MANIFEST)["config"]["grpo"].get("mode", "step")
+    """The run's RL stage, from its manifest (migrated, `lib.config.migrate_config`): aggrevate (rl.algorithm; no
+    GRPO: no rewards, groups or samples to chart), else GRPO's `grpo.mode`: step, every_candidate, soft_target or
+    multi_turn."""
+    from ..config import migrate_config
+
+    config = migrate_config(_read(run_dir, MANIFEST)["config"])
+    return "aggrevate" if config["rl"]["algorithm"] == "aggrevate" else config["grpo"].get("mode", "step")
 
 
 def _read(run_dir: Path, relative: str):

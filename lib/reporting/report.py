@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..config import migrate_config
 from ..io import atomic_write_text
 from ..runs import read_json_record
 from .figures import not_evaluated
@@ -131,10 +132,11 @@ def headline_table(run_dir: Path) -> pd.DataFrame:
 
 
 def _rl_signal_lines(manifest: dict) -> list[str]:
-    """Where the RL stage's signal came from, when it is not the policy's own samples (grpo.mode aggrevate)."""
-    if manifest["config"]["grpo"].get("mode") != "aggrevate":
+    """Where the RL stage's signal came from, when it is not the policy's own samples (rl.algorithm aggrevate)."""
+    config = migrate_config(manifest["config"])
+    if config["rl"]["algorithm"] != "aggrevate":
         return []
-    rounds = manifest["config"]["grpo"].get("rounds", 1)
+    rounds = config.get("aggrevate", {}).get("rounds", 1)
     again = (
         f" {rounds} rounds: each later round's policy (the SFT model with the previous round's adapter) played "
         "fresh episodes, was labelled the same way, and trained that adapter further."
@@ -157,7 +159,7 @@ def _alarm_lines(run_dir: Path) -> list[str]:
     alarms = metrics.get("alarms") or []
     if not alarms:
         return []
-    stopped = " It stopped early at the first alarm (`grpo.stop_on_alarm`)." if metrics.get("stopped_early") else ""
+    stopped = " It stopped early at the first alarm (`rl.stop_on_alarm`)." if metrics.get("stopped_early") else ""
     return [
         f"**GRPO raised {len(alarms)} collapse alarm{'s' if len(alarms) > 1 else ''}** (the run kept step "
         f"{metrics.get('kept_step')}).{stopped}",

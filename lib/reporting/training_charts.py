@@ -73,7 +73,7 @@ def exploration(run_dir: Path) -> Figure:
     length and mean return of the episodes the policy played, and its entropy at the trained turns
     (lib/training/multiturn.py)."""
     if rl_mode(run_dir) == "aggrevate":
-        raise NothingToDraw("the RL stage is AggreVaTe (grpo.mode aggrevate): it samples nothing to explore with")
+        raise NothingToDraw("the RL stage is AggreVaTe (rl.algorithm aggrevate): it samples nothing to explore with")
     panels = [
         ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
         ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),

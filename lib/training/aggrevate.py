@@ -1,4 +1,4 @@
-"""The RL stage as AggreVaTe (`grpo.mode: aggrevate`): the improver's labels at the policy's own states.
+"""The RL stage as AggreVaTe (`rl.algorithm: aggrevate`): the improver's labels at the policy's own states.
 
 GRPO learns from the policy's samples, and a sharp SFT rarely samples the answer that beats its teacher. AggreVaTe
 (Ross and Bagnell, 2014) brings the signal from outside the samples: the SFT policy plays fresh train episodes
@@ -14,14 +14,14 @@ rate) on as many episodes of the policy's own play as the teacher's corpus has (
 seeds of their own block (`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as GRPO does, so the evaluate stage, the
 gate and the report read it the same way.
 
-`grpo.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
+`aggrevate.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
 fresh episodes on the next seeds of the block, the improver labels the states it reached, and round k-1's adapter is
 trained further on those rows. One round labels only states the SFT policy reaches; a state that follows an action
 the teacher never takes (a substitution, say) is first reached, and labelled, in round 2.
 
-With `grpo.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
+With `rl.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
 lib/training/validation.py), so the stage has a learning curve over its rounds in grpo/validation.jsonl, its points
-at the cumulative training step, each with its `round` (0: the SFT). The last round's adapter is kept (`grpo.keep:
+at the cumulative training step, each with its `round` (0: the SFT). The last round's adapter is kept (`rl.keep:
 last`): a further round trains it on.
 """
 
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from ..config import rl_stage_params
 from ..episodes import Improver
 from ..inference import load_policy_model
 from ..io import append_record, atomic_write_text, read_records
@@ -51,11 +52,11 @@ def round_seeds(config, round_: int) -> range:
 
 
 def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
-    """`grpo.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its adapter in
-    `stage`/adapter, as train_grpo records GRPO."""
+    """`aggrevate.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its
+    adapter in `stage`/adapter, as train_grpo records GRPO."""
     started = time.time()
     seed_everything(config.seed, config.deterministic)
-    g, out = config.grpo, run.stage_dir(stage)
+    rl, rounds_asked, out = config.rl, config.aggrevate.rounds, run.stage_dir(stage)
     adapter_dir = out / "adapter"
     rounds, rows, losses = done_rounds(config, run, stage, base_model)
     logged = (out / "train_log.jsonl").read_text() if rounds else ""
@@ -63,9 +64,9 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
     if logged:  # the done rounds' records, in a file of this run's own (a fork's is a copy of its base's)
         atomic_write_text(out / "train_log.jsonl", logged)
     resumed = {"round": len(rounds), "adapter_sha256": rounds[-1]["adapter_sha256"]} if rounds else None
-    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds, resumed_from=resumed)
-    curve = Curve(config, out) if g.validate_every else None
-    for round_ in range(len(rounds) + 1, g.rounds + 1):
+    run.log(f"{stage}_start", base_model=base_model, mode="aggrevate", rounds=rounds_asked, resumed_from=resumed)
+    curve = Curve(config, out) if rl.validate_every else None
+    for round_ in range(len(rounds) + 1, rounds_asked + 1):
         seeds = round_seeds(config, round_)
         previous = adapter_dir if round_ > 1 else None
         policy = load_policy_model(base_model, config.model, previous)
@@ -76,11 +77,12 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
             labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
             del policy
         if not labelled:
-            raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")
+            raise ValueError(f"rl.algorithm aggrevate: the policy's {len(seeds)} episodes reached no state to label")
         changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
         at_labels = policy_at_labels(labelled)
         print(
-            f"aggrevate round {round_}/{g.rounds}: {len(labelled)} states of the policy's own {len(seeds)} episodes; "
+            f"aggrevate round {round_}/{rounds_asked}: {len(labelled)} states of the policy's own {len(seeds)} "
+            "episodes; "
             f"the improver keeps its action at {agree:.3f} of them and differs from the teacher at {changed}; the "
             f"policy's mean probability of the teacher's answer {at_labels['policy_p_teacher']}, of the improver's "
             f"where they differ {at_labels['policy_p_label_differs']}"
@@ -127,15 +129,15 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
     return run.stage_done(
         stage,
         started=started,
-        params=g.model_dump(),
+        params=rl_stage_params(config),
         inputs={"base_model": base_model, "seeds": [rounds[0]["seeds"][0], rounds[-1]["seeds"][1]]},
         outputs={"adapter": str(adapter_dir), "base_model": base_model, "rows": str(out / "rows.jsonl")},
         metrics={
             "backend": backend_for(config.model),
-            "mode": g.mode,
+            "mode": "aggrevate",  # the record's name for the algorithm (GRPO's records: grpo.mode)
             "label_source": "improver",
             "rounds": rounds,
-            "episodes": config.corpus.sft_episodes * g.rounds,
+            "episodes": config.corpus.sft_episodes * rounds_asked,
             "rows": len(rows),
             "policy_agrees_with_improver": round(agree, 4),
             "improver_differs_from_teacher": round(changed / len(rows), 4),
@@ -218,7 +220,7 @@ def policy_at_labels(rows: list[dict]) -> dict:
 
 def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dict], list[dict], list[float]]:
     """The rounds the stage folder already holds, to go on from: (their records, their rows, their logged losses).
-    A fork that only raises grpo.rounds shares its base's RL stage (lib/pipeline/fork.py), and its rounds are kept
+    A fork that only raises aggrevate.rounds shares its base's RL stage (lib/pipeline/fork.py), and its rounds are kept
     when the record is a finished AggreVaTe stage on the same base model, its adapter on disk is the one it recorded,
     its rounds played the seeds this config gives them, and it has fewer rounds than asked. Otherwise nothing: the
     stage starts from round 1, as a re-run of a finished stage always has."""
@@ -229,9 +231,9 @@ def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dic
     m = record.get("metrics", {})
     if record.get("status") != "ok" or m.get("mode") != "aggrevate":
         return [], [], []
-    rounds = m.get("rounds") or [_legacy_round(record)]  # a record from before grpo.rounds had one round
+    rounds = m.get("rounds") or [_legacy_round(record)]  # a record from before rounds had one round
     adapter = Path(record["outputs"]["adapter"])
-    if len(rounds) >= config.grpo.rounds or record["outputs"]["base_model"] != base_model:
+    if len(rounds) >= config.aggrevate.rounds or record["outputs"]["base_model"] != base_model:
         return [], [], []
     if not adapter.is_dir() or weights_sha256(adapter) != rounds[-1]["adapter_sha256"]:
         raise ValueError(

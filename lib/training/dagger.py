@@ -21,7 +21,7 @@ from ..envs.base import completion_action, format_action
 from .rows import sft_row
 
 DAGGER_SEED_OFFSET = 50_000  # train seeds of the learner's own episodes: after the corpus's and GRPO's blocks
-AGGREVATE_SEED_OFFSET = 70_000  # the RL stage's own episodes (grpo.mode aggrevate): a block of their own
+AGGREVATE_SEED_OFFSET = 70_000  # the RL stage's own episodes (rl.algorithm aggrevate): a block of their own
 
 
 def dagger_seeds(episodes: int, offset: int = 0, block: int = DAGGER_SEED_OFFSET) -> range:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..checkpoints import verify_checkpoint
-from ..config import RunConfig
+from ..config import RunConfig, rl_stage_params
 from ..distributed import is_main, wait_for_everyone
 from ..io import read_records
 from ..models import load_model, weights_sha256, with_lora
@@ -115,7 +115,7 @@ def _fail_non_finite(run: Run, stage: str, started: float, params: dict, out: Pa
 
 
 def _keep_adapter(trainer, validation: ValidationCallback | None, out: Path, keep: str) -> dict:
-    """Which step grpo/adapter holds: the last, or with `grpo.keep: best` the validation's best (copied over it)."""
+    """Which step grpo/adapter holds: the last, or with `rl.keep: best` the validation's best (copied over it)."""
     adapter_dir = out / "adapter"
     kept = {"kept_step": trainer.state.global_step}
     if validation is not None and validation.best is not None:
@@ -176,7 +176,7 @@ def train_grpo(
         verify_checkpoint(Path(resume_from))
     out = run.stage_dir(stage)
     base_model = base_model or sft["outputs"]["model"]
-    if config.grpo.mode == "aggrevate":  # the improver's labels at the policy's own states (lib/training/aggrevate.py)
+    if config.rl.algorithm == "aggrevate":  # the improver's labels at the policy's own states (aggrevate.py)
         return train_aggrevate(config, run, base_model=base_model, stage=stage)
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
@@ -206,27 +206,27 @@ def train_grpo(
         )
         policy["model"] = trainer.model
     validation = None
-    if g.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
+    if config.rl.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
         validation = ValidationCallback(config, out, tokenizer, policy)
         trainer.add_callback(validation)
     if is_main():  # after validation: a step's point is on disk when the alarm reads the curve
-        trainer.add_callback(CollapseAlarm(g, out))
+        trainer.add_callback(CollapseAlarm(config, out))
     run.log(
         f"{stage}_start", resume_from=resume_from, prompts=len(source["dataset"]), base_model=base_model, mode=g.mode
     )
     with run.lap(stage, "train"):
         _train(trainer, guard, resume_from)
     if guard.bad_step is not None:
-        _fail_non_finite(run, stage, started, g.model_dump(), out, guard.bad_step)
+        _fail_non_finite(run, stage, started, rl_stage_params(config), out, guard.bad_step)
     adapter_dir = out / "adapter"
     with run.lap(stage, "save"):
         save_atomically(trainer, tokenizer, adapter_dir, merge=False)
-    kept = _keep_adapter(trainer, validation, out, g.keep)
+    kept = _keep_adapter(trainer, validation, out, config.rl.keep)
     wait_for_everyone()  # the kept adapter is in place before any process hashes it
     return run.stage_done(
         stage,
         started=started,
-        params=g.model_dump(),
+        params=rl_stage_params(config),
         inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "base_model": base_model},
         outputs={"adapter": str(adapter_dir), "base_model": base_model},
         metrics={

@@ -1,4 +1,4 @@
-"""The GRPO learning curve: every `grpo.validate_every` steps the policy being trained plays greedy closed-loop
+"""The GRPO learning curve: every `rl.validate_every` steps the policy being trained plays greedy closed-loop
 episodes on a fixed validation seed set, and the run keeps the best checkpoint (best-of-k validation).
 
 Validation seeds are `train`-split seeds from their own block (`VALIDATION_SEED_OFFSET` on), so they are disjoint
@@ -48,7 +48,7 @@ def validation_point(config, model, tokenizer, step: int, **extra) -> dict:
             episodes, actions = run_model_episodes(
                 config,
                 (model, tokenizer, {"policy": "grpo", "step": step}),
-                validation_seeds(config.grpo.validation_episodes),
+                validation_seeds(config.rl.validation_episodes),
                 "train",
                 desc=None,
             )
@@ -75,7 +75,7 @@ def write_references(config, out: Path) -> None:
     from ..evaluation.closed_loop import summarize
     from ..evaluation.scripted import run_policy_episodes
 
-    spec, seeds = config.spec, validation_seeds(config.grpo.validation_episodes)
+    spec, seeds = config.spec, validation_seeds(config.rl.validation_episodes)
     levels = {}
     for role in ("teacher", "oracle"):
         name = getattr(spec, role)
@@ -90,7 +90,7 @@ class ValidationCallback(TrainerCallback):
     def __init__(self, config, out_dir: Path, tokenizer, policy: dict):
         self.config, self.out, self.tokenizer, self.policy = config, Path(out_dir), tokenizer, policy
         self.anchor = config.grpo.anchor == "best"  # refresh the KL term's anchor at each new best (anchor.py)
-        self.every = config.grpo.validate_every
+        self.every = config.rl.validate_every
         self.path = self.out / "validation.jsonl"
         self.best: dict | None = None
         self.done_steps: set[int] = set()

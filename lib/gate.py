@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .config import migrate_config, rl_stage_params
+from .config import migrate_config, rl_label, rl_stage_params
 from .io import atomic_write_json, sha256_file, weights_sha256
 from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
@@ -154,7 +154,12 @@ def _backends(run_dir: Path) -> str:
     found = {stage: _read(run_dir, f"{stage}/stage.json")["metrics"].get("backend") for stage in ("sft", "grpo")}
     bad = {s: b for s, b in found.items() if b not in ACCEPTED_BACKENDS}
     _require(not bad, f"backends not accepted: {bad} (accepted: {list(ACCEPTED_BACKENDS)})")
-    return f"sft={found['sft']}, grpo={found['grpo']}"
+    return f"sft={found['sft']}, {_label(run_dir)} (grpo/)={found['grpo']}"
+
+
+def _label(run_dir: Path) -> str:
+    """The RL stage as the gate's texts name it: "RL (GRPO)" or "RL (AggreVaTe)" (`lib.config.rl_label`)."""
+    return rl_label(_read(run_dir, "manifest.json")["config"])
 
 
 def _grpo_artifact(run_dir: Path) -> str:
@@ -165,7 +170,7 @@ def _grpo_artifact(run_dir: Path) -> str:
         actual == grpo["metrics"]["adapter_sha256"],
         f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}",
     )
-    return f"status ok, adapter sha256 {actual[:12]} matches"
+    return f"{_label(run_dir)}: status ok, adapter sha256 {actual[:12]} matches"
 
 
 def _postsave(run_dir: Path) -> str:
@@ -192,7 +197,7 @@ def _provenance(run_dir: Path) -> str:
     grpo = _read(run_dir, "grpo/stage.json")
     _require(
         report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"],
-        "eval.json's GRPO artifact is not the trained adapter",
+        "eval.json's RL-stage artifact (grpo) is not the adapter the grpo stage trained",
     )
     path = run_dir / EPISODES
     _require(path.exists(), f"missing {EPISODES}")
@@ -223,8 +228,10 @@ def _claim_honest(run_dir: Path) -> str:
     return "; ".join(details)
 
 
-def _above_zero(run_dir: Path, pair: str, label: str, failure: str) -> str:
-    """The holdout paired difference `pair` (shown as `label`) has its 95% CI above zero."""
+def _above_zero(run_dir: Path, pair: str, other: str, failure: str) -> str:
+    """The holdout paired difference `pair` (the RL stage's model minus `other`, shown with the algorithm that ran:
+    "RL (AggreVaTe) - teacher") has its 95% CI above zero."""
+    label = f"{_label(run_dir)} - {other}"
     paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"][pair]
     _require(
         paired["ci95"][0] > 0,
@@ -234,11 +241,11 @@ def _above_zero(run_dir: Path, pair: str, label: str, failure: str) -> str:
 
 
 def _improved(run_dir: Path) -> str:
-    return _above_zero(run_dir, "grpo-sft", "GRPO-SFT", "not improved")
+    return _above_zero(run_dir, "grpo-sft", "SFT", "not improved")
 
 
 def _beats_teacher(run_dir: Path) -> str:
-    return _above_zero(run_dir, "grpo-teacher", "GRPO-teacher", "does not beat the teacher")
+    return _above_zero(run_dir, "grpo-teacher", "teacher", "does not beat the teacher")
 
 
 def _ci(paired: dict) -> str:

@@ -103,7 +103,7 @@ def test_an_aggrevate_run_in_the_old_layout_loads_gates_its_params_and_is_named_
     assert "The RL stage is one AggreVaTe round" in "".join(
         _rl_signal_lines(json.loads((run / "manifest.json").read_text()))
     )
-    assert "| polyguard | 4 | aggrevate | holdout |" in seed_table([run], splits=("holdout",))
+    assert "| polyguard | 4 | RL (AggreVaTe) | holdout |" in seed_table([run], splits=("holdout",))
     assert "3 stages recorded and on disk, each run with the manifest's config" in _manifest(run)
     # the comparison bites on the algorithm's own section: a record of two rounds is not this manifest's run
     record = json.loads((run / "grpo" / "stage.json").read_text())
@@ -121,3 +121,26 @@ def test_a_stage_record_in_todays_layout_gates_against_the_old_layouts_manifest(
     assert set(record["params"]) == {"rl", "aggrevate"}
     (run / "grpo" / "stage.json").write_text(json.dumps(record))
     assert "each run with the manifest's config" in _manifest(run)
+
+
+def test_the_report_the_gate_and_the_tables_name_the_algorithm_that_ran(tmp_path):
+    """One label (`lib.config.rl_label`) names the RL stage's model wherever a reader meets it; the data keys
+    (`grpo`, `grpo-teacher`) and the gate's check names stay as every committed run has them."""
+    from lib.gate import CHECKS, _improved
+    from lib.reporting.report import headline, paired_table, policy_table
+
+    run = _old_aggrevate_run(tmp_path)
+    report = json.loads((run / "evaluate" / "eval.json").read_text())
+    label = rl_label(read_config(run))
+    assert _improved(run).startswith("RL (AggreVaTe) - SFT +0.273, paired 95% CI")
+    said = headline(report, label)
+    assert "RL (AggreVaTe) returned" in said and "RL (AggreVaTe) - teacher = +" in said and "GRPO" not in said
+    assert {"RL (AggreVaTe) - SFT", "RL (AggreVaTe) - teacher", "SFT - teacher"} <= set(
+        paired_table(report, label)["difference"]
+    )
+    assert "RL (AggreVaTe)" in set(policy_table(report, "holdout", label)["policy"])
+    assert "grpo" in set(policy_table(report, "holdout")["policy"])  # no label: the data keys
+    assert {"improved", "beats_teacher", "grpo_artifact_ok", "manifest_valid"} <= set(CHECKS)
+    grpo = shutil.copytree(GRPO_RUN, tmp_path / GRPO_RUN.name)
+    detail = {c["name"]: c["detail"] for c in run_gate(grpo, write=False)["checks"]}["improved"]
+    assert "RL (GRPO) - SFT" in detail, detail

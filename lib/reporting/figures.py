@@ -38,6 +38,26 @@ def rl_mode(run_dir: Path) -> str:
     return "aggrevate" if config["rl"]["algorithm"] == "aggrevate" else config["grpo"].get("mode", "step")
 
 
+def run_label(run_dir: Path) -> str:
+    """The run's RL stage as reports name it, "RL (GRPO)" or "RL (AggreVaTe)" (`lib.config.rl_label`); "RL" for a
+    folder without a manifest (a chart drawn from loose files)."""
+    from ..config import rl_label
+
+    return rl_label(_read(run_dir, MANIFEST)["config"]) if (Path(run_dir) / MANIFEST).is_file() else "RL"
+
+
+def shown(key: str, label: str | None) -> str:
+    """An eval.json key as a reader reads it: the RL stage's model (`grpo`, a stable data key whatever algorithm
+    ran) named by `label`, and a paired difference `a-b` as "a - b" ("grpo-teacher": "RL (AggreVaTe) - teacher");
+    the key itself where `label` is None."""
+    if label is None:
+        return key
+    names = {"grpo": label, "sft": "SFT"}
+    if "-" in key:
+        return " - ".join(names.get(part, part) for part in key.split("-"))
+    return label if key == "grpo" else key
+
+
 def _read(run_dir: Path, relative: str):
     """A JSON file's object, or a JSONL file's list of objects."""
     text = (run_dir / relative).read_text()

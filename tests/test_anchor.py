@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
 
 from lib.config import ConfigError, load_config
-from lib.training.anchor import ANCHOR, AnchorError, load_anchor, refresh_anchor, saved_adapters
+from lib.training.anchor import ANCHOR, AnchorError, load_anchor, refresh_anchor
+from lib.training.harness import saved_adapters
 
 
 def _peft(anchor: bool):
@@ -88,7 +89,7 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
     import lib.evaluation.closed_loop as closed_loop
     from lib.runs import Run
     from lib.training.corpus import run_corpus
-    from lib.training.grpo import run_grpo
+    from lib.training.rl import run_rl
     from lib.training.sft import run_sft
     from tests import micro
 
@@ -125,7 +126,7 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
             moved.append(any(p.abs().sum() > 0 for n, p in anchor.items() if "lora_B" in n))
             seen.append(state.global_step)
 
-    record = run_grpo(config, run, extra_callbacks=[Watch()])
+    record = run_rl(config, run, extra_callbacks=[Watch()])
     assert seen == [0, 1, 2, 3]
     assert moved == [False, True, True, True]  # the SFT start (LoRA's B is zero), then each step's new best
     assert [p["step"] for p in map(json.loads, (run.dir / "grpo" / "validation.jsonl").read_text().splitlines())] == [

@@ -88,8 +88,8 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     from lib.models import weights_sha256
     from lib.pipeline.fork import fork_run
     from lib.training import aggrevate
-    from lib.training.dagger import AGGREVATE_SEED_OFFSET
-    from lib.training.grpo import run_grpo
+    from lib.training.labelling import AGGREVATE_SEED_OFFSET
+    from lib.training.rl import run_rl
 
     with pytest.raises(ConfigError, match="grpo.mode: aggrevate is not a GRPO mode.*set rl.algorithm=aggrevate"):
         load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
@@ -112,12 +112,12 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
         return load_policy_model(model_dir, model_config, adapter_dir)
 
     monkeypatch.setattr(aggrevate, "load_policy_model", spy)
-    (first,) = run_grpo(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
+    (first,) = run_rl(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
     assert played_with == [(None, None)]
     base_log = (target / "grpo" / "train_log.jsonl").read_text()
     # a fork that adds a round goes on from the base's: round 2's policy is the SFT model with round 1's adapter
     config, fork = fork_run(target, tmp_path / "more", {"aggrevate.rounds": 2})
-    record = run_grpo(config, fork)
+    record = run_rl(config, fork)
     metrics = record["metrics"]
     assert record["status"] == "ok" and metrics["mode"] == "aggrevate" and metrics["label_source"] == "improver"
     assert metrics["steps"] >= 2 and 0 < metrics["train_loss"] < 50
@@ -156,7 +156,7 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     weights = next((broken.dir / "grpo" / "adapter").glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
     with pytest.raises(ValueError, match="is not that adapter: re-run the stage from round 1"):
-        run_grpo(broken.config, broken)
+        run_rl(broken.config, broken)
     spec = config.spec
     env = spec.make_env()
     margin = Improver(spec).margin  # where outcomes are drawn, closer returns than this keep the teacher's answer
@@ -210,7 +210,7 @@ def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_cont
 
     from lib.inference import load_policy_model
     from lib.pipeline.fork import fork_run
-    from lib.training.grpo import run_grpo
+    from lib.training.rl import run_rl
     from lib.training.validation import read_curve, validation_point
 
     _, run = source
@@ -221,7 +221,7 @@ def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_cont
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))
-    metrics = run_grpo(config, Run(target, config))["metrics"]
+    metrics = run_rl(config, Run(target, config))["metrics"]
     (first,) = metrics["rounds"]
     points = read_curve(target / "grpo" / "validation.jsonl")
     assert [(p["round"], p["step"], p["n"]) for p in points] == [(0, 0, 3), (1, first["steps"], 3)]
@@ -230,7 +230,7 @@ def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_cont
     levels = json.loads((target / "grpo" / "validation_references.json").read_text())
     assert {"teacher", "oracle"} <= set(levels) and levels["n"] == 3
     config, fork = fork_run(target, tmp_path / "more", {"aggrevate.rounds": 2})
-    metrics = run_grpo(config, fork)["metrics"]
+    metrics = run_rl(config, fork)["metrics"]
     second = metrics["rounds"][1]
     points = read_curve(fork.dir / "grpo" / "validation.jsonl")
     assert [(p["round"], p["step"]) for p in points] == [
@@ -257,10 +257,10 @@ def test_the_improver_keeps_the_teachers_answer_unless_a_candidate_beats_it_by_m
             observation = env.restore(seed, "train", t["history"])
             plain = Improver(spec)
             plain.begin(seed)
-            label = plain.act(observation, env)
+            label, returns = plain.choose(observation, env)
             teacher.begin(seed)
             own = teacher.act(observation, env)
-            gain = plain.last_returns[label] - plain.last_returns[own]
+            gain = returns[label] - returns[own]
             assert gain >= 0
             if gain > 0:
                 gains.append((seed, t["history"], own, label, gain))

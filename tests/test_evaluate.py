@@ -19,7 +19,7 @@ from lib.export.postsave import PostsaveError, activate, load_active, run_postsa
 from lib.models import weights_sha256
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.grpo import run_grpo
+from lib.training.rl import run_rl
 from lib.training.sft import run_sft
 from tests import micro
 
@@ -56,7 +56,7 @@ def done(tmp_path_factory):
     run = Run(tmp_path_factory.mktemp("outputs") / "run", config)
     run_corpus(config, run)
     run_sft(config, run)
-    run_grpo(config, run)
+    run_rl(config, run)
     _perturb_adapter(run)
     run_evaluate(config, run, policies=BASELINES)
     run_export(config, run)

@@ -14,12 +14,14 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 # the sections, re-exported: lib.config is where callers find them
 from .config_sections import (  # noqa: F401
+    AggrevateStageConfig,
     CorpusConfig,
     EvalConfig,
     ExportConfig,
     GRPOStageConfig,
     LoraConfig,
     ModelConfig,
+    RLStageConfig,
     SFTStageConfig,
     Strict,
     TinyModelConfig,
@@ -52,7 +54,9 @@ class RunConfig(Strict):
     corpus: CorpusConfig
     model: ModelConfig
     sft: SFTStageConfig
+    rl: RLStageConfig = RLStageConfig()
     grpo: GRPOStageConfig
+    aggrevate: AggrevateStageConfig = AggrevateStageConfig()
     eval: EvalConfig
     export: ExportConfig = ExportConfig()
 
@@ -95,6 +99,26 @@ class RunConfig(Strict):
                 "env_args.list_candidates: false leaves the candidate list out of the prompt; a model that writes its "
                 "answer (model.action_space: free) needs it: set model.action_space: candidates"
             )
+        self._rl_settings_fit()
+        return self
+
+    def _rl_settings_fit(self) -> None:
+        """The RL stage's settings across its sections (rl, grpo, aggrevate) fit together."""
+        rl, g = self.rl, self.grpo
+        if self.aggrevate.rounds > 1 and rl.algorithm != "aggrevate":
+            raise ValueError(
+                f"aggrevate.rounds ({self.aggrevate.rounds}) counts AggreVaTe rounds; it needs rl.algorithm aggrevate "
+                f"(is {rl.algorithm})"
+            )
+        if g.anchor == "best" and rl.algorithm == "grpo" and not (g.beta > 0 and rl.validate_every):
+            raise ValueError(
+                f"grpo.anchor best holds the policy to its best validated point by the KL term: it needs grpo.beta > 0 "
+                f"(is {g.beta}) and rl.validate_every > 0 (is {rl.validate_every})"
+            )
+        if rl.algorithm == "aggrevate" and self.model.action_space != "candidates":
+            raise ValueError(
+                "rl.algorithm: aggrevate labels the candidate the policy chose; it needs model.action_space: candidates"
+            )
         if self.grpo.mode == "soft_target" and self.grpo.temperature != 1:
             raise ValueError(
                 f"grpo.mode: soft_target moves the policy itself toward its target; TRL's loss divides the logits by "
@@ -105,7 +129,6 @@ class RunConfig(Strict):
                 f"grpo.mode: {self.grpo.mode} acts through the candidate policy; it needs model.action_space: "
                 "candidates"
             )
-        return self
 
 
 class ConfigError(ValueError):
@@ -242,6 +265,79 @@ def drop_retired(data: dict) -> dict:
     return data
 
 
+# The RL stage's settings that lived in the grpo section until rl.algorithm was introduced (`grpo.mode: aggrevate`
+# named the algorithm then): old key -> its key now. A run made before still reads, replays and gates
+# (`migrate_config`); a new config naming an old key is a ConfigError naming the new one.
+MOVED: dict[str, str] = {
+    "grpo.validate_every": "rl.validate_every",
+    "grpo.validation_episodes": "rl.validation_episodes",
+    "grpo.keep": "rl.keep",
+    "grpo.alarm_drop": "rl.alarm_drop",
+    "grpo.stop_on_alarm": "rl.stop_on_alarm",
+    "grpo.rounds": "aggrevate.rounds",
+}
+
+
+def migrate_config(data: dict) -> dict:
+    """A recorded config mapping (a manifest's `config`, or a stage record's params as {section: params}) in today's
+    layout, as a copy: the RL stage's settings moved out of the grpo section (`MOVED`; `grpo.mode: aggrevate` becomes
+    `rl.algorithm: aggrevate`, any other grpo.mode `rl.algorithm: grpo`), and the retired settings dropped
+    (`drop_retired`; the file keeps them). Every reader of a recorded config goes through it; a mapping already in
+    today's layout only loses its retired keys."""
+    data = drop_retired(data)
+    grpo = data.get("grpo")
+    if not isinstance(grpo, dict) or "rl" in data:
+        return data
+    for old, new in MOVED.items():
+        leaf, (section, key) = old.split(".")[1], new.split(".")
+        if leaf in grpo:
+            data.setdefault(section, {})[key] = grpo.pop(leaf)
+    rl = data.setdefault("rl", {})
+    rl["algorithm"] = "aggrevate" if grpo.get("mode") == "aggrevate" else "grpo"
+    if grpo.get("mode") == "aggrevate":
+        del grpo["mode"]
+    return data
+
+
+def _refuse_moved(data: dict, source: str) -> None:
+    """A new config that names a setting in the grpo section where it no longer lives: a ConfigError naming the new
+    key (old runs' records are migrated instead: `migrate_config`)."""
+    lines = [
+        f"  {old}: moved to {new} (the settings every RL algorithm shares live in rl, AggreVaTe's own in aggrevate)"
+        for old, new in MOVED.items()
+        if _lookup(data, old) is not _ABSENT
+    ]
+    if _lookup(data, "grpo.mode") == "aggrevate":
+        lines.append(
+            "  grpo.mode: aggrevate is not a GRPO mode any more: AggreVaTe is an RL algorithm of its own; set "
+            "rl.algorithm=aggrevate (its rounds: aggrevate.rounds)"
+        )
+    if lines:
+        raise ConfigError(f"invalid config from {source}:\n" + "\n".join(lines))
+
+
+def rl_label(config: RunConfig | dict) -> str:
+    """The RL stage's name in reports, charts and the gate's texts: "RL (GRPO)" or "RL (AggreVaTe)", from a
+    RunConfig or a recorded config mapping (migrated here)."""
+    if isinstance(config, dict):
+        algorithm = migrate_config(config).get("rl", {}).get("algorithm", "grpo")
+    else:
+        algorithm = config.rl.algorithm
+    return f"RL ({ALGORITHM_NAMES[algorithm]})"
+
+
+ALGORITHM_NAMES = {"grpo": "GRPO", "aggrevate": "AggreVaTe"}
+
+
+def rl_stage_params(config: RunConfig) -> dict:
+    """What the RL stage records as its params: the shared rl section and the running algorithm's own section."""
+    algorithm = config.rl.algorithm
+    return {
+        "rl": config.rl.model_dump(mode="json"),
+        algorithm: getattr(config, algorithm).model_dump(mode="json"),
+    }
+
+
 def _refuse_retired(data: dict, source: str) -> None:
     named = [dotted for dotted in RETIRED if _lookup(data, dotted) is not _ABSENT]
     if named:
@@ -308,6 +404,7 @@ def load_config(profile: str | Path = "cpu-smoke", overrides: dict[str, Any] | N
         raise ConfigError(f"{path}: expected a mapping at the top level")
     data = _merge(raw, dotted_to_nested(overrides or {}))
     _refuse_retired(data, str(path) + (f" with overrides {overrides}" if overrides else ""))
+    _refuse_moved(data, str(path) + (f" with overrides {overrides}" if overrides else ""))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
@@ -318,6 +415,7 @@ def override_config(config: RunConfig, overrides: dict[str, Any], source: str = 
     """`config` with dotted overrides applied and validated again (errors name every offending key)."""
     data = _merge(config.model_dump(mode="json"), dotted_to_nested(overrides))
     _refuse_retired(data, f"{source} with overrides {overrides}")
+    _refuse_moved(data, f"{source} with overrides {overrides}")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:

@@ -1,5 +1,5 @@
-"""The sections of the run configuration (corpus, model, sft, grpo, eval, export), each a strict pydantic model;
-`lib/config.py` composes them into the one `RunConfig` and loads it from a profile."""
+"""The sections of the run configuration (corpus, model, sft, rl, grpo, aggrevate, eval, export), each a strict
+pydantic model; `lib/config.py` composes them into the one `RunConfig` and loads it from a profile."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ class GRPOStageConfig(Strict):
         "sft",
         description="with beta > 0, what the KL term holds the policy to: sft, the policy GRPO started from (TRL's "
         "reference, the adapter disabled); best, the best validated policy so far, a frozen copy of the adapter "
-        "that is refreshed at each new best validation point (needs validate_every), so a climb is held where it "
+        "that is refreshed at each new best validation point (needs rl.validate_every), so a climb is held where it "
         "got to, not pulled back to SFT",
     )
 
@@ -193,7 +193,7 @@ class GRPOStageConfig(Strict):
         None,
         description="who finishes episodes in the GRPO reward; unset: the environment's teacher",
     )
-    mode: Literal["step", "every_candidate", "soft_target", "multi_turn", "aggrevate"] = Field(
+    mode: Literal["step", "every_candidate", "soft_target", "multi_turn"] = Field(
         "step",
         description="step: each GRPO sample is one action at a corpus state, the episode finished by the reference "
         "policy (the reward: that episode's return); every_candidate: as step, but a group is the state's offered "
@@ -202,17 +202,7 @@ class GRPOStageConfig(Strict):
         "tilted toward the higher returns within a KL of 0.1 nats (lib/training/rollout.py: soft_targets); "
         "multi_turn: each sample is a "
         "whole episode the policy plays, in process (or against `env_url`), acting at every turn, its return the "
-        "reward (lib/training/multiturn.py); aggrevate: no GRPO: the policy plays corpus.sft_episodes train "
-        "episodes, the improver labels every state it reached with the candidate of the best return, and TRL's "
-        "SFTTrainer fits an adapter to those labels with the sft section's settings (lib/training/aggrevate.py)",
-    )
-    rounds: int = Field(
-        1,
-        ge=1,
-        le=5,
-        description="aggrevate: play-label-fit rounds. Round k's policy (the SFT model with round k-1's adapter) "
-        "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and round "
-        "k-1's adapter is trained further on them; 1: the SFT policy's states only",
+        "reward (lib/training/multiturn.py). How GRPO builds a group; which RL algorithm runs is rl.algorithm",
     )
     env_url: str | None = Field(
         None,
@@ -231,33 +221,12 @@ class GRPOStageConfig(Strict):
     )
     blocklist: list[str] = ["reward", "ignore previous", "ignore the rules", "<|im_start|>"]
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
-    validate_every: int = Field(
-        0,
-        ge=0,
-        description="every this many steps (and at the first and last) the policy plays greedy closed-loop "
-        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); 0: never. In mode aggrevate "
-        "any value > 0 validates the SFT policy and the policy after each round",
-    )
-    validation_episodes: int = Field(32, ge=1, description="validation seeds (train split, their own seed block)")
-    keep: Literal["best", "last"] = Field(
-        "best",
-        description="with validation: the adapter the run keeps, the best validation point's or the last step's",
-    )
-    alarm_drop: float = Field(
-        0.05,
-        ge=0,
-        description="with validation: a validation point more than this below the best so far raises the collapse "
-        "alarm (printed, warned, grpo/alarms.jsonl, the stage record and the report)",
-    )
     alarm_zero_std: float = Field(
         0.5,
         ge=0,
         le=1,
         description="the alarm when frac_reward_zero_std (groups with no reward spread) averages above this over "
         "the last 10 steps",
-    )
-    stop_on_alarm: bool = Field(
-        False, description="stop training at the first alarm (the run keeps its best validated adapter, and says so)"
     )
     logging_steps: int = Field(1, ge=1)
     sample_completions: int = Field(4, ge=0)
@@ -268,24 +237,64 @@ class GRPOStageConfig(Strict):
             raise ValueError(
                 f"grpo.batch_size ({self.batch_size}) must be a multiple of num_generations ({self.num_generations})"
             )
-        if self.mode == "aggrevate" and self.beta:
+        return self
+
+
+class RLStageConfig(Strict):
+    """The RL stage (after SFT, into grpo/): which algorithm runs, and the settings every algorithm reads."""
+
+    algorithm: Literal["grpo", "aggrevate"] = Field(
+        "grpo",
+        description="the RL algorithm: grpo (TRL's GRPOTrainer, its settings in the grpo section; "
+        "lib/training/grpo.py) or aggrevate (no GRPO: the policy plays corpus.sft_episodes train episodes, the "
+        "improver labels every state it reached with the candidate of the best return, and TRL's SFTTrainer fits an "
+        "adapter to those labels with the sft section's settings; its settings in the aggrevate section; "
+        "lib/training/aggrevate.py)",
+    )
+    validate_every: int = Field(
+        0,
+        ge=0,
+        description="grpo: every this many steps (and at the first and last) the policy plays greedy closed-loop "
+        "episodes on the validation seeds (grpo/validation.jsonl, the learning curve); aggrevate: any value > 0 "
+        "validates the SFT policy and the policy after each round; 0: never",
+    )
+    validation_episodes: int = Field(32, ge=1, description="validation seeds (train split, their own seed block)")
+    keep: Literal["best", "last"] = Field(
+        "best",
+        description="with validation: the adapter the run keeps, the best validation point's or the last step's",
+    )
+    alarm_drop: float = Field(
+        0.05,
+        ge=0,
+        description="grpo, with validation: a validation point more than this below the best so far raises the "
+        "collapse alarm (printed, warned, grpo/alarms.jsonl, the stage record and the report)",
+    )
+    stop_on_alarm: bool = Field(
+        False,
+        description="grpo: stop training at the first alarm (the run keeps its best validated adapter, and says so)",
+    )
+
+    @model_validator(mode="after")
+    def _aggrevate_keeps_the_last_round(self):
+        if self.algorithm == "aggrevate" and self.validate_every and self.keep != "last":
             raise ValueError(
-                f"grpo.mode aggrevate fits the improver's labels with TRL's SFTTrainer: it has no KL term; set "
-                f"grpo.beta 0 (is {self.beta})"
-            )
-        if self.mode == "aggrevate" and self.validate_every and self.keep != "last":
-            raise ValueError(
-                "grpo.mode aggrevate validates the SFT policy and each round's (any validate_every > 0), and keeps "
-                "the last round's adapter, which a further round trains on: set grpo.keep last (is best)"
-            )
-        if self.rounds > 1 and self.mode != "aggrevate":
-            raise ValueError(f"grpo.rounds ({self.rounds}) counts AggreVaTe rounds; it needs grpo.mode aggrevate")
-        if self.anchor == "best" and not (self.beta > 0 and self.validate_every):
-            raise ValueError(
-                f"grpo.anchor best holds the policy to its best validated point by the KL term: it needs grpo.beta > 0 "
-                f"(is {self.beta}) and grpo.validate_every > 0 (is {self.validate_every})"
+                "rl.algorithm aggrevate validates the SFT policy and each round's (any rl.validate_every > 0), and "
+                f"keeps the last round's adapter, which a further round trains on: set rl.keep last (is {self.keep})"
             )
         return self
+
+
+class AggrevateStageConfig(Strict):
+    """AggreVaTe's own settings (rl.algorithm: aggrevate; lib/training/aggrevate.py)."""
+
+    rounds: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="play-label-fit rounds. Round k's policy (the SFT model with round k-1's adapter) "
+        "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and round "
+        "k-1's adapter is trained further on them; 1: the SFT policy's states only",
+    )
 
 
 class EvalConfig(Strict):

@@ -304,7 +304,6 @@ class Improver(Policy):
         self.spec, self.reference, self.draws = spec, reference or spec.teacher, draws  # draws: `candidate_returns`
         self.scratch = spec.make_env()  # lookahead never touches the live episode's environment
         self.margin = max((FUTURE_MARGIN if self.scratch.stochastic else 0.0) if margin is None else margin, 1e-12)
-        self.last_returns: dict[str, float] = {}  # every candidate's return at the state it last acted in
 
     def begin(self, seed: int) -> None:
         self.seed = seed
@@ -312,6 +311,11 @@ class Improver(Policy):
         self.teacher.begin(seed)
 
     def act(self, observation, env) -> str:
+        return self.choose(observation, env)[0]
+
+    def choose(self, observation, env) -> tuple[str, dict[str, float]]:
+        """The answer it takes at this state, and every candidate's return it chose by (how much the choice
+        mattered: all equal, no signal)."""
         returns = candidate_returns(
             self.scratch,
             self.seed,
@@ -321,12 +325,11 @@ class Improver(Policy):
             self.spec.make_policy(self.reference),
             self.draws,
         )
-        self.last_returns = returns
         own = self.teacher.act(observation, env)
         best = max(returns.values())
         if returns.get(own, float("-inf")) >= best - self.margin:
-            return own
-        return next(answer for answer, value in returns.items() if value >= best - 1e-12)
+            return own, returns
+        return next(answer for answer, value in returns.items() if value >= best - 1e-12), returns
 
 
 def scripted_policy(spec, name: str) -> Policy:

@@ -14,8 +14,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .config import drop_retired
-from .io import atomic_write_json, read_records, stored_bytes, stored_path, weights_sha256
+from .config import migrate_config, rl_label, rl_stage_params
+from .io import atomic_write_json, read_records, sha256_file, stored_bytes, stored_path, weights_sha256
 from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")
@@ -27,19 +27,54 @@ STAGE_PARAMS = {
     "corpus": lambda c: c.corpus.model_dump(mode="json"),
     "baselines": lambda c: {"episodes": c.eval.episodes},
     "sft": lambda c: c.sft.model_dump(mode="json"),
-    "grpo": lambda c: c.grpo.model_dump(mode="json"),
+    "grpo": rl_stage_params,  # {rl: ..., the algorithm: ...}
     "evaluate": lambda c: c.eval.model_dump(mode="json"),
     "export": lambda c: c.export.model_dump(mode="json"),
     "postsave": lambda c: {"episodes": c.export.postsave_episodes},
 }
 
-# the config section a stage's params are (settings retired since a run was made are left out of the comparison)
+# the config section a stage's params are (settings retired since a run was made are left out of the comparison;
+# the RL stage's params are its rl section and its algorithm's: `_recorded_sections`)
 STAGE_SECTION = {"corpus": "corpus", "sft": "sft", "grpo": "grpo", "evaluate": "eval", "export": "export"}
 
 
 def _dumped(value):
     """A field's default as a stage record's JSON holds it."""
     return json.loads(json.dumps(value.model_dump(mode="json") if hasattr(value, "model_dump") else value))
+
+
+def _recorded_sections(stage: str, params: dict, config) -> dict[str, dict]:
+    """A stage record's params as {config section: its settings}, in today's layout (`migrate_config`): the RL
+    stage's as its rl section and its algorithm's (a record made before rl.algorithm holds one flat grpo section)."""
+    if stage != "grpo":
+        section = STAGE_SECTION[stage]
+        return {section: migrate_config({section: params})[section]}
+    migrated = migrate_config(params if "rl" in params else {"grpo": params})
+    return {name: migrated.get(name, {}) for name in ("rl", config.rl.algorithm)}
+
+
+def _params_differ(run_dir: Path, stage: str, config) -> list[str]:
+    """The settings where `stage`'s record differs from the manifest's config (dotted, by section where it has one)."""
+    base = stage.removesuffix("_no_sft")
+    expected = STAGE_PARAMS.get(base)
+    if expected is None:
+        return []
+    params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
+    if base not in STAGE_SECTION:
+        wanted = expected(config)
+        return sorted(k for k in set(params) | set(wanted) if params.get(k) != wanted.get(k))
+    keys = []
+    for section, recorded in _recorded_sections(base, params, config).items():
+        fields = type(getattr(config, section)).model_fields
+        # a setting added since the stage ran, at its default, is what the stage did
+        wanted = {
+            k: v
+            for k, v in getattr(config, section).model_dump(mode="json").items()
+            if k in recorded or k not in fields or fields[k].is_required() or _dumped(fields[k].default) != v
+        }
+        prefix = f"{section}." if base == "grpo" else ""
+        keys += [prefix + k for k in sorted(set(recorded) | set(wanted)) if recorded.get(k) != wanted.get(k)]
+    return keys
 
 
 class GateFailure(Exception):
@@ -91,24 +126,9 @@ def _manifest(run_dir: Path) -> str:
         _require(actual == digest, f"corpus/{name}: sha256 {actual[:12]} is not the {digest[:12]} the manifest records")
     differ = {}
     for stage in on_disk:
-        expected = STAGE_PARAMS.get(stage.removesuffix("_no_sft"))
-        if expected is not None:
-            params = read_json_record(run_dir / stage / "stage.json", "stage record").get("params") or {}
-            section = STAGE_SECTION.get(stage.removesuffix("_no_sft"))
-            wanted = expected(config)
-            if section:
-                # a record made before a setting was retired still names it; the config no longer does
-                params = drop_retired({section: params})[section]
-                # a setting added since the stage ran, at its default, is what the stage did
-                fields = type(getattr(config, section)).model_fields
-                wanted = {
-                    k: v
-                    for k, v in wanted.items()
-                    if k in params or k not in fields or fields[k].is_required() or _dumped(fields[k].default) != v
-                }
-            keys = sorted(k for k in set(params) | set(wanted) if params.get(k) != wanted.get(k))
-            if keys:
-                differ[stage] = keys
+        keys = _params_differ(run_dir, stage, config)
+        if keys:
+            differ[stage] = keys
     _require(
         not differ,
         "; ".join(
@@ -136,7 +156,12 @@ def _backends(run_dir: Path) -> str:
     found = {stage: _read(run_dir, f"{stage}/stage.json")["metrics"].get("backend") for stage in ("sft", "grpo")}
     bad = {s: b for s, b in found.items() if b not in ACCEPTED_BACKENDS}
     _require(not bad, f"backends not accepted: {bad} (accepted: {list(ACCEPTED_BACKENDS)})")
-    return f"sft={found['sft']}, grpo={found['grpo']}"
+    return f"sft={found['sft']}, {_label(run_dir)} (grpo/)={found['grpo']}"
+
+
+def _label(run_dir: Path) -> str:
+    """The RL stage as the gate's texts name it: "RL (GRPO)" or "RL (AggreVaTe)" (`lib.config.rl_label`)."""
+    return rl_label(_read(run_dir, "manifest.json")["config"])
 
 
 def _grpo_artifact(run_dir: Path) -> str:
@@ -147,7 +172,7 @@ def _grpo_artifact(run_dir: Path) -> str:
         actual == grpo["metrics"]["adapter_sha256"],
         f"adapter sha256 {actual[:12]} != recorded {grpo['metrics']['adapter_sha256'][:12]}",
     )
-    return f"status ok, adapter sha256 {actual[:12]} matches"
+    return f"{_label(run_dir)}: status ok, adapter sha256 {actual[:12]} matches"
 
 
 def _merged_on_disk(run_dir: Path, merged: Path, recorded: str) -> tuple[str, str]:
@@ -205,7 +230,7 @@ def _provenance(run_dir: Path) -> str:
     grpo = _read(run_dir, "grpo/stage.json")
     _require(
         report["artifacts"]["grpo"]["sha256"] == grpo["metrics"]["adapter_sha256"],
-        "eval.json's GRPO artifact is not the trained adapter",
+        "eval.json's RL-stage artifact (grpo) is not the adapter the grpo stage trained",
     )
     path = run_dir / EPISODES
     _require(stored_path(path) is not None, f"missing {EPISODES} (nor {EPISODES}.gz)")
@@ -236,8 +261,10 @@ def _claim_honest(run_dir: Path) -> str:
     return "; ".join(details)
 
 
-def _above_zero(run_dir: Path, pair: str, label: str, failure: str) -> str:
-    """The holdout paired difference `pair` (shown as `label`) has its 95% CI above zero."""
+def _above_zero(run_dir: Path, pair: str, other: str, failure: str) -> str:
+    """The holdout paired difference `pair` (the RL stage's model minus `other`, shown with the algorithm that ran:
+    "RL (AggreVaTe) - teacher") has its 95% CI above zero."""
+    label = f"{_label(run_dir)} - {other}"
     paired = _read(run_dir, "evaluate/eval.json")["splits"]["holdout"]["paired"][pair]
     _require(
         paired["ci95"][0] > 0,
@@ -247,11 +274,11 @@ def _above_zero(run_dir: Path, pair: str, label: str, failure: str) -> str:
 
 
 def _improved(run_dir: Path) -> str:
-    return _above_zero(run_dir, "grpo-sft", "GRPO-SFT", "not improved")
+    return _above_zero(run_dir, "grpo-sft", "SFT", "not improved")
 
 
 def _beats_teacher(run_dir: Path) -> str:
-    return _above_zero(run_dir, "grpo-teacher", "GRPO-teacher", "does not beat the teacher")
+    return _above_zero(run_dir, "grpo-teacher", "teacher", "does not beat the teacher")
 
 
 def _ci(paired: dict) -> str:

@@ -310,9 +310,9 @@ def manifest_config(manifest: dict, path: Path) -> RunConfig:
 
     if "config" not in manifest:
         raise DamagedRunError(f"{path}: no 'config' recorded (damaged manifest)")
-    from .config import drop_retired
+    from .config import migrate_config
 
-    recorded = drop_retired(manifest["config"])  # a record: settings retired since it was made are left in the file
+    recorded = migrate_config(manifest["config"])  # a record: its file keeps the layout it was made with
     try:
         return RunConfig.model_validate(recorded)
     except ValidationError as error:

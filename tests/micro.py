@@ -10,7 +10,7 @@ MICRO = {
     "grpo.max_steps": 2,
     "grpo.batch_size": 8,
     "grpo.num_generations": 4,
-    "grpo.validate_every": 0,  # the validation curve has its own test
+    "rl.validate_every": 0,  # the validation curve has its own test
 }
 MICRO_EVAL = {
     "eval.episodes": 6,
@@ -36,25 +36,25 @@ def corpus_run(profile: str, overrides: dict, folder):
     return config, run, read_records(run.read_stage("corpus")["outputs"]["sft.jsonl"])
 
 
-def finished_run(overrides: dict, folder, policies: list[str], after_grpo=None):
-    """A cpu-smoke run with `overrides` through every stage the gate reads (corpus, sft, grpo, evaluate with the
-    baseline `policies`, export, postsave): (config, run). `after_grpo(run)` may change the trained adapter first."""
+def finished_run(overrides: dict, folder, policies: list[str], after_rl=None):
+    """A cpu-smoke run with `overrides` through every stage the gate reads (corpus, sft, the RL stage, evaluate with the
+    baseline `policies`, export, postsave): (config, run). `after_rl(run)` may change the trained adapter first."""
     from lib.config import load_config
     from lib.evaluation.evaluate import run_evaluate
     from lib.export.merge import run_export
     from lib.export.postsave import run_postsave
     from lib.runs import Run
     from lib.training.corpus import run_corpus
-    from lib.training.grpo import run_grpo
+    from lib.training.rl import run_rl
     from lib.training.sft import run_sft
 
     config = load_config("cpu-smoke", overrides)
     run = Run(folder, config)
     run_corpus(config, run)
     run_sft(config, run)
-    run_grpo(config, run)
-    if after_grpo is not None:
-        after_grpo(run)
+    run_rl(config, run)
+    if after_rl is not None:
+        after_rl(run)
     run_evaluate(config, run, policies=policies)
     run_export(config, run)
     run_postsave(config, run)

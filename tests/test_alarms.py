@@ -29,8 +29,8 @@ def test_groups_stop_varying_only_over_a_full_window_above_the_threshold():
     assert not groups_stopped_varying([1.0] * 10 + [0.0] * 6, 0.5)  # the last 10 average 0.4
 
 
-def _config(**grpo):
-    return load_config("cpu-smoke", {"grpo.validate_every": 4, **{f"grpo.{k}": v for k, v in grpo.items()}}).grpo
+def _config(**rl):
+    return load_config("cpu-smoke", {"rl.validate_every": 4, **{f"rl.{k}": v for k, v in rl.items()}})
 
 
 def _control():

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
 
 from lib.config import ConfigError, load_config
-from lib.training.anchor import ANCHOR, AnchorError, load_anchor, refresh_anchor, saved_adapters
+from lib.training.anchor import ANCHOR, AnchorError, load_anchor, refresh_anchor
+from lib.training.harness import saved_adapters
 
 
 def _peft(anchor: bool):
@@ -72,12 +73,12 @@ def test_refresh_without_an_anchor_adapter_is_a_clear_error():
 
 @pytest.mark.parametrize(
     "settings, missing",
-    [({"grpo.beta": 0.0, "grpo.validate_every": 4}, "grpo.beta > 0"), ({"grpo.beta": 0.04}, "validate_every > 0")],
+    [({"grpo.beta": 0.0, "rl.validate_every": 4}, "grpo.beta > 0"), ({"grpo.beta": 0.04}, "rl.validate_every > 0")],
 )
 def test_anchor_best_needs_a_kl_term_and_a_validation_curve(settings, missing):
     with pytest.raises(ConfigError, match=missing):
-        load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.validate_every": 0, **settings})
-    assert load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.beta": 0.04, "grpo.validate_every": 4})
+        load_config("cpu-smoke", {"grpo.anchor": "best", "rl.validate_every": 0, **settings})
+    assert load_config("cpu-smoke", {"grpo.anchor": "best", "grpo.beta": 0.04, "rl.validate_every": 4})
 
 
 @pytest.mark.slow
@@ -88,15 +89,15 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
     import lib.evaluation.closed_loop as closed_loop
     from lib.runs import Run
     from lib.training.corpus import run_corpus
-    from lib.training.grpo import run_grpo
+    from lib.training.rl import run_rl
     from lib.training.sft import run_sft
     from tests import micro
 
     overrides = {
         **micro.MICRO,
         "grpo.max_steps": 4,
-        "grpo.validate_every": 1,
-        "grpo.validation_episodes": 4,
+        "rl.validate_every": 1,
+        "rl.validation_episodes": 4,
         "grpo.beta": 0.04,
         "grpo.anchor": "best",
         "grpo.learning_rate": 5e-3,
@@ -125,7 +126,7 @@ def test_grpo_holds_to_the_best_validated_point_at_every_step(tmp_path, monkeypa
             moved.append(any(p.abs().sum() > 0 for n, p in anchor.items() if "lora_B" in n))
             seen.append(state.global_step)
 
-    record = run_grpo(config, run, extra_callbacks=[Watch()])
+    record = run_rl(config, run, extra_callbacks=[Watch()])
     assert seen == [0, 1, 2, 3]
     assert moved == [False, True, True, True]  # the SFT start (LoRA's B is zero), then each step's new best
     assert [p["step"] for p in map(json.loads, (run.dir / "grpo" / "validation.jsonl").read_text().splitlines())] == [

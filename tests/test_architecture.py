@@ -202,3 +202,54 @@ def test_a_toy_environment_outside_lib_runs_the_whole_pipeline(tmp_path):
     anti = results["evaluate"]["metrics"]
     assert anti["all_attacks_passed"] and {"holdout/stride_two", "holdout/oracle", "holdout/repeat_last"} <= set(anti)
     assert anti["holdout/oracle"] == 1.0 and anti["holdout/stride_two"] == pytest.approx(1 / 3)
+
+
+def _stage_violations(edges: dict[str, set[str]]) -> list[str]:
+    """Imports (inside functions too) from a lib/training module of one stage to another stage's module, or from a
+    shared module to any stage's."""
+    from lib.training import STAGE_MODULES
+
+    group = {f"lib.training.{m}": stage for stage, modules in STAGE_MODULES.items() for m in modules}
+    return sorted(
+        f"{source} -> {target}"
+        for source, targets in edges.items()
+        if source in group
+        for target in targets
+        if target in group and group[target] != group[source] and group[target] != "shared"
+    )
+
+
+def test_no_training_stage_module_imports_another_stages_module_and_the_check_can_fail():
+    from lib.training import STAGE_MODULES
+
+    listed = [m for modules in STAGE_MODULES.values() for m in modules]
+    on_disk = sorted(p.stem for p in (imports.ROOT / "training").glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == on_disk and len(set(listed)) == len(listed)  # each module in exactly one group
+    edges = imports.graph()
+    assert _stage_violations(edges) == []
+    assert "lib.training.labelling" in edges["lib.training.aggrevate"]  # the shared labelling, not the corpus's
+    planted = {**edges, "lib.training.aggrevate": edges["lib.training.aggrevate"] | {"lib.training.sft"}}
+    assert _stage_violations(planted) == ["lib.training.aggrevate -> lib.training.sft"]
+    planted = {**edges, "lib.training.harness": edges["lib.training.harness"] | {"lib.training.anchor"}}
+    assert _stage_violations(planted) == ["lib.training.harness -> lib.training.anchor"]
+
+
+def _long_functions(root, limit: int = 80) -> list[str]:
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_in_lib_is_over_80_lines_and_the_check_can_fail(tmp_path):
+    assert _long_functions(imports.ROOT) == []
+    planted = tmp_path / "lib"
+    planted.mkdir()
+    (planted / "long.py").write_text("def f():\n" + "    x = 1\n" * 80 + "\n\ndef g():\n" + "    x = 1\n" * 79)
+    assert _long_functions(planted) == ["lib/long.py:1 f (81 lines)"]

@@ -48,7 +48,7 @@ def test_the_ablation_table_reads_an_aggrevate_run_which_draws_no_groups(tmp_pat
     """`compare` (no --pairs): a GRPO run's zero-std share is printed; an AggreVaTe run has none, and says n/a."""
     from lib.reporting.compare import compare_table
 
-    def run(name, returns, grpo, overrides):
+    def run(name, returns, grpo, overrides, config=None):
         folder = tmp_path / name
         (folder / "grpo").mkdir(parents=True)
         paired = {"mean": 0.1, "ci95": [0.0, 0.2]}
@@ -58,16 +58,21 @@ def test_the_ablation_table_reads_an_aggrevate_run_which_draws_no_groups(tmp_pat
             "paired": {"grpo-sft": paired, "grpo-teacher": paired},
         }
         (folder / "quickcheck.json").write_text(json.dumps(quick))
-        (folder / "manifest.json").write_text(json.dumps({"forked_from": {"overrides": overrides}}))
+        manifest = {"forked_from": {"overrides": overrides}, **({"config": config} if config else {})}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
         (folder / "grpo" / "stage.json").write_text(json.dumps({"metrics": grpo}))
         return folder
 
     shares = {"frac_reward_zero_std_mean": 0.0, "explore/beats_reference_first_quarter": 0.25}
     base = run("soft", [0.5, 0.5], shares, {})
-    agg = run("agg", [0.7, 0.9], {"frac_reward_zero_std_mean": None}, {"grpo.mode": "aggrevate"})
-    first, second = compare_table([base, agg]).splitlines()[2:]
-    assert "| 0.000 | 0.250 | reference |" in first  # a zero share is a number, not a missing one
-    assert "grpo.mode=aggrevate" in second and "| n/a | n/a | +0.300 [" in second
+    overrides = {"rl.algorithm": "aggrevate"}
+    agg = run("agg", [0.7, 0.9], {"frac_reward_zero_std_mean": None}, overrides, {"rl": {"algorithm": "aggrevate"}})
+    old = run("old", [0.7, 0.9], {}, {"grpo.mode": "aggrevate"}, {"grpo": {"mode": "aggrevate"}})  # before rl
+    header, _, first, second, third = compare_table([base, agg, old]).splitlines()
+    assert header.startswith("| run | change | RL stage | RL | RL - SFT | RL - teacher |")
+    assert "| (base recipe) | RL (GRPO) |" in first and "| 0.000 | 0.250 | reference |" in first  # a zero is a number
+    assert "rl.algorithm=aggrevate | RL (AggreVaTe) |" in second and "| n/a | n/a | +0.300 [" in second
+    assert "grpo.mode=aggrevate | RL (AggreVaTe) |" in third
 
 
 def test_the_seed_table_names_each_runs_rl_stage_and_reads_a_split_from_its_quickcheck(tmp_path):
@@ -107,10 +112,11 @@ def test_the_seed_table_names_each_runs_rl_stage_and_reads_a_split_from_its_quic
     (grpo / "grpo" / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
     runs.append(grpo)
     rows = seed_table(runs).splitlines()
-    assert rows[0].startswith("| environment | seed | RL stage | split | SFT | GRPO |") and len(rows) == 6
-    assert rows[2].startswith("| polyguard | 2 | aggrevate | holdout | 0.500 | 0.900 | 0.500 | 0.900 | 1.000 | +0.400")
-    assert rows[3].startswith("| polyguard | 2 | aggrevate | holdout_novel (quickcheck) | 0.500 | 0.800 |")
-    assert rows[4].startswith("| polyguard | 3 | soft_target | holdout | 0.500 | 0.600 |")  # no novel split: no row
+    assert rows[0].startswith("| environment | seed | RL stage | split | SFT | RL |") and len(rows) == 6
+    agg = "| polyguard | 2 | RL (AggreVaTe) |"  # a manifest in the layout before rl.algorithm: grpo.mode aggrevate
+    assert rows[2].startswith(f"{agg} holdout | 0.500 | 0.900 | 0.500 | 0.900 | 1.000 | +0.400")
+    assert rows[3].startswith(f"{agg} holdout_novel (quickcheck) | 0.500 | 0.800 |")
+    assert rows[4].startswith("| polyguard | 3 | RL (GRPO) soft_target | holdout | 0.500 | 0.600 |")  # no novel split
     assert rows[0].endswith("| no spread | p_reference (start) | validation last - best |")
     assert rows[2].endswith("| 0.117 | 0.951 | -0.060 |") and rows[3].endswith("| 0.117 | 0.951 | -0.060 |")
     assert rows[4].endswith("| n/a | n/a | n/a |")  # no RL record, no curve: nothing to read

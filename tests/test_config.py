@@ -154,7 +154,7 @@ NOT_LEVERS = {
     "env_args", "deterministic", "output_root", "tracking", "corpus.seed_offset", "corpus.expected_hash",
     "model.tiny.max_position_embeddings", "model.lora.dropout", "model.lora.target_modules", "model.use_unsloth",
     "model.load_in_4bit", "sft.logging_steps", "sft.max_steps", "sft.check_episodes", "sft.collapse_ratio",
-    "grpo.env_url", "grpo.max_turns", "grpo.blocklist", "grpo.alarm_drop", "grpo.alarm_zero_std",
+    "grpo.env_url", "grpo.max_turns", "grpo.blocklist", "rl.alarm_drop", "grpo.alarm_zero_std",
     "grpo.logging_steps", "grpo.sample_completions", "eval.splits", "eval.improver_episodes",
     "eval.bootstrap_resamples", "eval.veto_k", "export.push_to_hub", "export.hub_repo", "export.check_prompts",
     "export.postsave_episodes",
@@ -170,7 +170,7 @@ def test_every_lever_left_is_set_by_a_profile_or_listed_in_the_lever_index():
     import yaml
     from pydantic import BaseModel
 
-    from lib.config import PROFILES_DIR, RunConfig
+    from lib.config import MOVED, PROFILES_DIR, RunConfig
 
     def keys(model, prefix=""):
         for name, field in model.model_fields.items():
@@ -190,6 +190,7 @@ def test_every_lever_left_is_set_by_a_profile_or_listed_in_the_lever_index():
     used = {k for p in PROFILES_DIR.glob("*.yaml") for k in set_keys(yaml.safe_load(p.read_text()))}
     head = "\n".join(Path("docs/RESULTS.md").read_text(encoding="utf-8").splitlines()[:80])
     indexed = {m for row in head.splitlines() if row.startswith("| `") for m in re.findall(r"`([a-z_.]+)`", row)}
+    indexed |= {MOVED[k] for k in indexed if k in MOVED}  # an index row under a key's old name (grpo.rounds)
     loose = sorted(k for k in keys(RunConfig) if k not in used | indexed | NOT_LEVERS)
     assert loose == [], f"settings no profile sets and the lever index does not list: {loose}"
     assert NOT_LEVERS <= set(keys(RunConfig)), "NOT_LEVERS names a setting the config no longer has"
@@ -243,3 +244,64 @@ def test_a_run_made_before_settings_were_retired_still_loads_replays_and_gates(t
         run_stage("sft", config, Run(run_dir, config))
     assert RETIRED["sft.kind_balance"][1] in str(error.value)
     assert json.loads((run_dir / "manifest.json").read_text())["config"]["sft"]["kind_balance"] == 0.75  # untouched
+
+
+def test_the_rl_algorithm_is_one_key_and_a_grpo_mode_no_longer_names_it():
+    """rl.algorithm picks the RL stage's algorithm; its shared settings live in rl, AggreVaTe's own in aggrevate, and
+    `aggrevate` is not a value of any GRPO setting."""
+    import typing
+
+    from lib.config import GRPOStageConfig
+
+    assert "aggrevate" not in typing.get_args(GRPOStageConfig.model_fields["mode"].annotation)
+    assert not {"validate_every", "keep", "rounds", "alarm_drop", "stop_on_alarm"} & set(GRPOStageConfig.model_fields)
+    claim = load_config("cpu-smollm2-polyguard")
+    assert (claim.rl.algorithm, claim.rl.validate_every, claim.rl.keep, claim.aggrevate.rounds) == (
+        "aggrevate",
+        1,
+        "last",
+        1,
+    )
+    smoke = load_config("cpu-smoke")
+    assert (smoke.rl.algorithm, smoke.rl.validate_every, smoke.rl.keep) == ("grpo", 20, "best")
+    with pytest.raises(ConfigError, match=r"rl.keep last \(is best\)"):
+        load_config("cpu-smoke", {"rl.algorithm": "aggrevate"})  # validates (rl.validate_every 20), keeps the best
+    with pytest.raises(ConfigError, match=r"aggrevate.rounds \(3\) counts AggreVaTe rounds; it needs rl.algorithm"):
+        load_config("cpu-smoke", {"aggrevate.rounds": 3})
+    with pytest.raises(ConfigError, match="rl.algorithm: unknown|rl.algorithm: Input should be"):
+        load_config("cpu-smoke", {"rl.algorithm": "ppo"})
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ({"grpo.mode": "aggrevate"}, r"grpo.mode: aggrevate is not a GRPO mode any more.*set rl.algorithm=aggrevate"),
+        ({"grpo.rounds": 2}, r"grpo.rounds: moved to aggrevate.rounds"),
+        ({"grpo.validate_every": 4}, r"grpo.validate_every: moved to rl.validate_every"),
+        ({"grpo.keep": "last"}, r"grpo.keep: moved to rl.keep"),
+        ({"grpo.stop_on_alarm": True}, r"grpo.stop_on_alarm: moved to rl.stop_on_alarm"),
+    ],
+)
+def test_the_old_rl_keys_are_a_config_error_naming_the_new_one_in_a_profile_a_set_and_a_fork(override, named, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from lib.config import override_config
+    from lib.pipeline.fork import fork_run
+
+    with pytest.raises(ConfigError, match=named):
+        load_config("cpu-smoke", override)
+    with pytest.raises(ConfigError, match=named):
+        override_config(load_config("cpu-smoke"), override)
+    committed = Path(__file__).resolve().parents[1] / "outputs" / "cmp-mt-s1"
+    with pytest.raises(ConfigError, match=named):
+        fork_run(committed, tmp_path / "fork", override)
+    assert not (tmp_path / "fork").exists()
+    if "grpo.mode" in override:  # the command line says the same
+        done = subprocess.run(
+            [sys.executable, "-m", "lib", "fork", str(committed), "--run-dir", str(tmp_path / "f"), "--set",
+             "grpo.mode=aggrevate"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode != 0 and "set rl.algorithm=aggrevate" in done.stderr, done.stderr

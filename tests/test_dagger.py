@@ -76,7 +76,7 @@ def test_a_source_that_is_not_a_run_of_this_environment_with_its_model_is_refuse
 def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evaluate_loads_its_adapter(
     source, tmp_path, monkeypatch
 ):
-    """grpo.mode aggrevate (lib/training/aggrevate.py): the SFT model plays its own train episodes, the improver
+    """rl.algorithm aggrevate (lib/training/aggrevate.py): the SFT model plays its own train episodes, the improver
     labels every state it reached, and an adapter trained on those labels is the RL stage's model; a second round's
     policy plays with the first round's adapter and trains it further."""
     import json
@@ -88,19 +88,19 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     from lib.models import weights_sha256
     from lib.pipeline.fork import fork_run
     from lib.training import aggrevate
-    from lib.training.dagger import AGGREVATE_SEED_OFFSET
-    from lib.training.grpo import run_grpo
+    from lib.training.labelling import AGGREVATE_SEED_OFFSET
+    from lib.training.rl import run_rl
 
-    with pytest.raises(ConfigError, match="no KL term"):
-        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.beta": 0.04})
-    with pytest.raises(ConfigError, match="keeps the last round's adapter.*set grpo.keep last"):
-        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate", "grpo.validate_every": 1})
-    with pytest.raises(ConfigError, match="grpo.rounds .2. counts AggreVaTe rounds"):
-        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.rounds": 2})
+    with pytest.raises(ConfigError, match="grpo.mode: aggrevate is not a GRPO mode.*set rl.algorithm=aggrevate"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
+    with pytest.raises(ConfigError, match="keeps the last round's adapter.*set rl.keep last"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "rl.algorithm": "aggrevate", "rl.validate_every": 1})
+    with pytest.raises(ConfigError, match="aggrevate.rounds .2. counts AggreVaTe rounds"):
+        load_config("cpu-smoke-sentinel_trust", {**TRUST, "aggrevate.rounds": 2})
     _, run = source
     target = tmp_path / "run"
     shutil.copytree(run.dir, target)
-    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "grpo.mode": "aggrevate"})
+    config = load_config("cpu-smoke-sentinel_trust", {**TRUST, "rl.algorithm": "aggrevate"})
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))
@@ -112,12 +112,12 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
         return load_policy_model(model_dir, model_config, adapter_dir)
 
     monkeypatch.setattr(aggrevate, "load_policy_model", spy)
-    (first,) = run_grpo(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
+    (first,) = run_rl(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
     assert played_with == [(None, None)]
     base_log = (target / "grpo" / "train_log.jsonl").read_text()
     # a fork that adds a round goes on from the base's: round 2's policy is the SFT model with round 1's adapter
-    config, fork = fork_run(target, tmp_path / "more", {"grpo.rounds": 2})
-    record = run_grpo(config, fork)
+    config, fork = fork_run(target, tmp_path / "more", {"aggrevate.rounds": 2})
+    record = run_rl(config, fork)
     metrics = record["metrics"]
     assert record["status"] == "ok" and metrics["mode"] == "aggrevate" and metrics["label_source"] == "improver"
     assert metrics["steps"] >= 2 and 0 < metrics["train_loss"] < 50
@@ -135,8 +135,8 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     # the base is untouched: its adapter, its log
     assert weights_sha256(target / "grpo" / "adapter") == first["adapter_sha256"]
     assert (target / "grpo" / "train_log.jsonl").read_text() == base_log
-    # a record written before grpo.rounds (one round, no `rounds`, rows untagged) is continued the same way
-    legacy_config, legacy = fork_run(target, tmp_path / "legacy", {"grpo.rounds": 2})
+    # a record written before aggrevate.rounds (one round, no `rounds`, rows untagged) is continued the same way
+    legacy_config, legacy = fork_run(target, tmp_path / "legacy", {"aggrevate.rounds": 2})
     path = legacy.dir / "grpo" / "stage.json"
     old = json.loads(path.read_text())
     del old["metrics"]["rounds"]
@@ -152,11 +152,11 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     ]
     assert legacy_rows == rows[: first["rows"]]
     # a shared stage whose adapter is not the one its record names is not continued
-    _, broken = fork_run(target, tmp_path / "broken", {"grpo.rounds": 3})
+    _, broken = fork_run(target, tmp_path / "broken", {"aggrevate.rounds": 3})
     weights = next((broken.dir / "grpo" / "adapter").glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
     with pytest.raises(ValueError, match="is not that adapter: re-run the stage from round 1"):
-        run_grpo(broken.config, broken)
+        run_rl(broken.config, broken)
     spec = config.spec
     env = spec.make_env()
     margin = Improver(spec).margin  # where outcomes are drawn, closer returns than this keep the teacher's answer
@@ -203,25 +203,25 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
 def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_continued_fork_extends_the_curve(
     source, tmp_path
 ):
-    """With grpo.validate_every > 0 the SFT policy and each round's policy play the validation seeds: one point per
+    """With rl.validate_every > 0 the SFT policy and each round's policy play the validation seeds: one point per
     policy at its cumulative training step, tagged with its round; the stage records the best point and how far the
     kept (last) round fell short of it. A fork that adds a round extends the base's curve by one point."""
     import json
 
     from lib.inference import load_policy_model
     from lib.pipeline.fork import fork_run
-    from lib.training.grpo import run_grpo
+    from lib.training.rl import run_rl
     from lib.training.validation import read_curve, validation_point
 
     _, run = source
     target = tmp_path / "run"
     shutil.copytree(run.dir, target)
-    settings = {"grpo.mode": "aggrevate", "grpo.validate_every": 1, "grpo.keep": "last", "grpo.validation_episodes": 3}
+    settings = {"rl.algorithm": "aggrevate", "rl.validate_every": 1, "rl.keep": "last", "rl.validation_episodes": 3}
     config = load_config("cpu-smoke-sentinel_trust", {**TRUST, **settings})
     manifest = json.loads((target / "manifest.json").read_text())
     manifest["config"] = config.model_dump(mode="json")
     (target / "manifest.json").write_text(json.dumps(manifest))
-    metrics = run_grpo(config, Run(target, config))["metrics"]
+    metrics = run_rl(config, Run(target, config))["metrics"]
     (first,) = metrics["rounds"]
     points = read_curve(target / "grpo" / "validation.jsonl")
     assert [(p["round"], p["step"], p["n"]) for p in points] == [(0, 0, 3), (1, first["steps"], 3)]
@@ -229,8 +229,8 @@ def test_an_aggrevate_stage_validates_the_sft_and_every_rounds_policy_and_a_cont
     assert validation_point(config, model, tokenizer, 0, round=0) == points[0]  # the SFT policy, as evaluated
     levels = json.loads((target / "grpo" / "validation_references.json").read_text())
     assert {"teacher", "oracle"} <= set(levels) and levels["n"] == 3
-    config, fork = fork_run(target, tmp_path / "more", {"grpo.rounds": 2})
-    metrics = run_grpo(config, fork)["metrics"]
+    config, fork = fork_run(target, tmp_path / "more", {"aggrevate.rounds": 2})
+    metrics = run_rl(config, fork)["metrics"]
     second = metrics["rounds"][1]
     points = read_curve(fork.dir / "grpo" / "validation.jsonl")
     assert [(p["round"], p["step"]) for p in points] == [
@@ -257,10 +257,10 @@ def test_the_improver_keeps_the_teachers_answer_unless_a_candidate_beats_it_by_m
             observation = env.restore(seed, "train", t["history"])
             plain = Improver(spec)
             plain.begin(seed)
-            label = plain.act(observation, env)
+            label, returns = plain.choose(observation, env)
             teacher.begin(seed)
             own = teacher.act(observation, env)
-            gain = plain.last_returns[label] - plain.last_returns[own]
+            gain = returns[label] - returns[own]
             assert gain >= 0
             if gain > 0:
                 gains.append((seed, t["history"], own, label, gain))

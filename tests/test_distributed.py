@@ -19,8 +19,8 @@ MICRO = {
     "corpus.sft_episodes": 12,
     "sft.batch_size": 4,
     "sft.logging_steps": 1,
-    "grpo.validate_every": 2,
-    "grpo.validation_episodes": 4,
+    "rl.validate_every": 2,
+    "rl.validation_episodes": 4,
     "grpo.logging_steps": 1,
     "eval.improver_episodes": 2,
 }

@@ -22,7 +22,7 @@ from lib.io import weights_sha256
 from lib.models import load_model
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.grpo import run_grpo
+from lib.training.rl import run_rl
 from lib.training.sft import run_sft
 
 pytestmark = pytest.mark.slow  # every test here trains or loads a model (make test-fast skips them)
@@ -184,7 +184,7 @@ def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records
             "grpo.num_generations": 4,
             "grpo.max_completion_length": 16,  # every answer fits (AnswerTooLongError otherwise)
             "grpo.logging_steps": 1,
-            "grpo.validate_every": 0,  # validation episodes with the real model take minutes on a CPU
+            "rl.validate_every": 0,  # validation episodes with the real model take minutes on a CPU
         },
     )
     run = Run(tmp_path / "run", config)
@@ -195,7 +195,7 @@ def test_a_few_sft_and_grpo_steps_run_on_the_real_model_and_the_manifest_records
     _, record = ensure_converted(NAME)
     assert source["gguf_sha256"] == SPEC.sha256 and source["weights_sha256"] == record["weights_sha256"]
     assert source["license"] == "Apache-2.0"
-    grpo = run_grpo(config, run)
+    grpo = run_rl(config, run)
     assert grpo["metrics"]["steps"] == 1 and grpo["metrics"]["adapter_sha256"]
 
 

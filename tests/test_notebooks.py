@@ -235,8 +235,8 @@ E2E_OVERRIDES = {
     "corpus.grpo_prompts": 32,
     "sft.epochs": 1,
     "grpo.max_steps": 4,
-    "grpo.validate_every": 2,
-    "grpo.validation_episodes": 8,
+    "rl.validate_every": 2,
+    "rl.validation_episodes": 8,
     "eval.episodes": 24,
     "eval.train_episodes": 8,
     "eval.ablation_episodes": 8,
@@ -247,7 +247,7 @@ E2E_OVERRIDES = {
 
 @pytest.mark.slow
 def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
-    """`grpo.mode: aggrevate` (cpu-smollm2-polyguard's RL stage) through every stage notebook, two rounds, small: no
+    """`rl.algorithm: aggrevate` (cpu-smollm2-polyguard's RL stage) through every stage notebook, two rounds, small: no
     notebook errs on what an AggreVaTe run has not (rewards, samples; the grpo notebook once did), its validation curve
     has a point per policy (the SFT's and each round's),
     the report says where the RL signal came from, and every integrity check of the gate passes."""
@@ -260,10 +260,10 @@ def test_every_stage_notebook_runs_an_aggrevate_run_to_its_gate():
         **E2E_OVERRIDES,
         "corpus.sft_episodes": 8,
         "sft.logging_steps": 1,
-        "grpo.mode": "aggrevate",
-        "grpo.rounds": 2,
+        "rl.algorithm": "aggrevate",
+        "aggrevate.rounds": 2,
     }
-    run_stages(run_id, "cpu-smoke", overrides={**overrides, "grpo.validate_every": 1, "grpo.keep": "last"})
+    run_stages(run_id, "cpu-smoke", overrides={**overrides, "rl.validate_every": 1, "rl.keep": "last"})
     for stage in STAGE_NOTEBOOKS:
         executed = _load(run_dir / stage / f"{stage}.ipynb")
         errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

@@ -192,9 +192,9 @@ def test_the_train_holdout_chart_of_a_run_that_left_out_a_split_says_so(run_dir,
 
 
 def test_an_aggrevate_runs_rl_charts_are_its_loss_per_round_and_no_exploration(tmp_path):
-    """`grpo.mode: aggrevate` trains on the improver's labels: its train log has losses (tagged by round), no
+    """`rl.algorithm: aggrevate` trains on the improver's labels: its train log has losses (tagged by round), no
     rewards and no samples. Its reward chart is the loss, a line per round; exploration is left out with the reason."""
-    config = load_config("cpu-smoke", {"grpo.mode": "aggrevate", "grpo.validate_every": 0})
+    config = load_config("cpu-smoke", {"rl.algorithm": "aggrevate", "rl.validate_every": 0})
     _write(tmp_path / plots.MANIFEST, {"config": config.model_dump(mode="json")})
     log = [{"step": s, "loss": 1.0 / s, "round": r} for r in (1, 2) for s in range(1, 4)] + [{"step": 3, "round": 2}]
     _write(tmp_path / plots.GRPO_LOG, log)

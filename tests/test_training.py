@@ -21,7 +21,6 @@ from lib.inference import load_policy_model
 from lib.reward import make_reward_function
 from lib.runs import Run
 from lib.training.corpus import run_corpus
-from lib.training.grpo import run_grpo
 from lib.training.harness import (
     AnswerTooLongError,
     FiniteLossGuard,
@@ -29,6 +28,7 @@ from lib.training.harness import (
     PromptTooLongError,
     check_answer_length,
 )
+from lib.training.rl import run_rl
 from lib.training.sft import run_sft
 from tests import micro
 
@@ -195,7 +195,7 @@ def test_blocklist_reads_the_completion_never_the_prompt():
 
 def test_grpo_trains_a_lora_adapter_with_env_metrics(trained, tmp_path):
     config, run = _fresh(trained, tmp_path)
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     assert record["metrics"]["steps"] == 4 and record["metrics"]["backend"] == "trl_transformers"
     assert (Path(record["outputs"]["adapter"]) / "adapter_model.safetensors").exists()
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
@@ -230,7 +230,7 @@ def test_grpo_loss_reads_each_groups_prompt_once_unless_checkpointing(trained, t
     samplers_shared = samplers.shared_prompt_logps
     monkeypatch.setattr(samplers, "shared_prompt_logps", counted)
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.gradient_checkpointing": not shared})
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     assert record["metrics"]["steps"] == 2
     if shared:
         assert answered and all(result is not None for result in answered)  # step mode's groups share a prompt
@@ -241,7 +241,7 @@ def test_grpo_loss_reads_each_groups_prompt_once_unless_checkpointing(trained, t
 def test_prompt_longer_than_the_guard_is_an_error(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.max_prompt_length": 64})
     with pytest.raises(PromptTooLongError, match="exceed grpo.max_prompt_length=64"):
-        run_grpo(config, run)
+        run_rl(config, run)
 
 
 def test_answers_longer_than_the_completion_limit_are_an_error_before_sft_trains(trained, tmp_path):
@@ -277,7 +277,7 @@ class PoisonAt(TrainerCallback):
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.checkpoint_every": 2, "grpo.max_steps": 6})
     with pytest.raises(NonFiniteLossError, match=r"non-finite at step \d+; last good checkpoint: .*checkpoint-2"):
-        run_grpo(config, run, extra_callbacks=[PoisonAt(2)])
+        run_rl(config, run, extra_callbacks=[PoisonAt(2)])
     checkpoints = sorted((run.dir / "grpo" / "trainer").glob("checkpoint-*"))
     assert [c.name for c in checkpoints] == ["checkpoint-2"]
     verify_checkpoint(checkpoints[0])
@@ -316,13 +316,13 @@ RESUME_TOLERANCE = 1e-4  # max abs difference of any adapter weight, resumed vs 
 def test_kill_then_resume_matches_an_uninterrupted_run(trained, tmp_path):
     extra = {"grpo.checkpoint_every": 2, "grpo.max_steps": 4}
     config, straight = _fresh(trained, tmp_path / "a", **extra)
-    run_grpo(config, straight)
+    run_rl(config, straight)
     config, killed = _fresh(trained, tmp_path / "b", **extra)
     with pytest.raises(KeyboardInterrupt):
-        run_grpo(config, killed, extra_callbacks=[KillAfter(2)])
+        run_rl(config, killed, extra_callbacks=[KillAfter(2)])
     checkpoint = killed.dir / "grpo" / "trainer" / "checkpoint-2"
     verify_checkpoint(checkpoint)
-    run_grpo(config, killed, resume_from=str(checkpoint))
+    run_rl(config, killed, resume_from=str(checkpoint))
     a, b = _adapter(straight), _adapter(killed)
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
@@ -331,14 +331,14 @@ def test_kill_then_resume_matches_an_uninterrupted_run(trained, tmp_path):
 
 def test_corrupted_or_incomplete_checkpoint_is_a_clear_error(trained, tmp_path):
     config, run = _fresh(trained, tmp_path, **{"grpo.checkpoint_every": 2, "grpo.max_steps": 2})
-    run_grpo(config, run)
+    run_rl(config, run)
     checkpoint = run.dir / "grpo" / "trainer" / "checkpoint-2"
     weights = checkpoint / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-10] ^= 0xFF
     weights.write_bytes(bytes(data))
     with pytest.raises(CorruptCheckpointError, match="adapter_model.safetensors is corrupted"):
-        run_grpo(config, run, resume_from=str(checkpoint))
+        run_rl(config, run, resume_from=str(checkpoint))
     (checkpoint / "checkpoint_manifest.json").unlink()
     with pytest.raises(CorruptCheckpointError, match="incomplete"):
         verify_checkpoint(checkpoint)
@@ -411,7 +411,7 @@ def test_grpo_trainer_generates_without_checkpointed_layers(trained, tmp_path, m
     monkeypatch.setattr(GRPOTrainer, "_generate", spy)
     # training checkpoints (cpu-smoke turns it off; this is the case sampling_mode exists for)
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 1, "grpo.gradient_checkpointing": True})
-    run_grpo(config, run)
+    run_rl(config, run)
     assert seen and all(args_on and not layer_on for args_on, layer_on in seen)
 
 
@@ -419,7 +419,9 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     from lib.pipeline.fork import fork_run
 
     with pytest.raises(
-        ConfigError, match=r"can only change grpo\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, not \['sft.epochs'\]"
+        ConfigError,
+        match=r"can only change rl\.\*, grpo\.\*, aggrevate\.\*, eval\.\*, export\.\*, corpus\.grpo_\*, "
+        r"not \[.sft.epochs.\]",
     ):
         fork_run(trained.dir, tmp_path / "bad", {"sft.epochs": 3})
     share = 0.0 if trained.config.corpus.grpo_improvable_share else 1.0  # anything other than the base's
@@ -442,7 +444,7 @@ def test_a_fork_shares_corpus_and_sft_and_changes_only_grpo_settings(trained, tm
     }
     with pytest.raises(FileExistsError):
         fork_run(trained.dir, tmp_path / "fork", {})
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "explore/beats_reference" in r]
     assert len(steps) == 2
@@ -503,7 +505,7 @@ def test_grpo_groups_are_drawn_from_the_candidate_policy_and_every_answer_is_val
 
     monkeypatch.setattr("lib.training.samplers.candidate_rollout", spy)
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2})
-    run_grpo(config, run)
+    run_rl(config, run)
     rows = {json.dumps(r["prompt"], sort_keys=True): r for r in map(json.loads, _corpus_lines(run))}
     env = PolyGuardEnv()
     assert seen and all(len(texts) == config.grpo.batch_size for _, texts in seen)
@@ -594,7 +596,7 @@ def test_every_candidate_mode_trains_and_needs_the_candidate_policy(trained, tmp
     with pytest.raises(ConfigError, match="every_candidate acts through the candidate policy"):
         load_config("cpu-smoke", {"grpo.mode": "every_candidate", "model.action_space": "free"})
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "every_candidate"})
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     assert record["metrics"]["mode"] == "every_candidate"
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "explore/group_coverage" in r]
@@ -640,7 +642,7 @@ def test_soft_target_mode_trains_on_moves_and_reports_the_returns(trained, tmp_p
     with pytest.raises(ConfigError, match="soft_target moves the policy itself"):
         load_config("cpu-smoke", {"grpo.mode": "soft_target", "grpo.temperature": 1.5})
     config, run = _fresh(trained, tmp_path, **{"grpo.max_steps": 2, "grpo.mode": "soft_target"})
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     assert record["metrics"]["mode"] == "soft_target"
     logs = [json.loads(line) for line in (run.dir / "grpo" / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "explore/target_move" in r]
@@ -653,14 +655,15 @@ def test_soft_target_mode_trains_on_moves_and_reports_the_returns(trained, tmp_p
 
 def test_validation_curve_is_written_read_back_and_the_best_adapter_kept(trained, tmp_path):
     from lib.training.alarms import validation_drop
-    from lib.training.validation import VALIDATION_SEED_OFFSET, read_curve
+    from lib.training.labelling import VALIDATION_SEED_OFFSET
+    from lib.training.validation import read_curve
 
     config, run = _fresh(
         trained,
         tmp_path,
-        **{"grpo.max_steps": 4, "grpo.validate_every": 2, "grpo.validation_episodes": 4, "grpo.alarm_drop": 0.0},
+        **{"grpo.max_steps": 4, "rl.validate_every": 2, "rl.validation_episodes": 4, "rl.alarm_drop": 0.0},
     )
-    record = run_grpo(config, run)
+    record = run_rl(config, run)
     curve = read_curve(run.dir / "grpo" / "validation.jsonl")
     assert [p["step"] for p in curve] == [0, 2, 4]  # the SFT start, every 2 steps, the last
     # every point below the best before it (alarm_drop 0) is an alarm in the stage record, and no other

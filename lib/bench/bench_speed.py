@@ -37,7 +37,7 @@ from ..runs import cpu_model
 # what both checkouts' configs accept: multi-turn GRPO for a fixed number of steps, no validation, no ablations
 COMMON = {
     "grpo.mode": "multi_turn",
-    "grpo.validate_every": 0,
+    "rl.validate_every": 0,
     "eval.ablations": [],
 }
 

@@ -31,6 +31,7 @@ def _baselines(args) -> int:
 
 
 def _quickcheck(args) -> int:
+    from ..config import rl_label
     from ..runs import Run, read_config
     from .evaluate import quick_check
 
@@ -41,8 +42,9 @@ def _quickcheck(args) -> int:
     for name, d in report["paired"].items():
         print(f"{name:<15} {d['mean']:+.3f}  paired ci95 [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
     gap = report["gap_closure"]
+    print(f"the RL stage's model (grpo): {rl_label(config)}")
     print(
-        f"gap closure (GRPO - teacher) / (oracle - teacher): {gap['mean']:+.3f}  "
+        f"gap closure ({rl_label(config)} - teacher) / (oracle - teacher): {gap['mean']:+.3f}  "
         f"ci95 [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}]"
     )
     print(f"GRPO mean frac_reward_zero_std: {report['grpo_frac_reward_zero_std_mean']}")

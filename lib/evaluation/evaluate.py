@@ -14,6 +14,7 @@ import json
 import time
 from pathlib import Path
 
+from ..config import rl_label
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
 from ..models import is_tiny
@@ -107,8 +108,8 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     verdict = {
         "improved": grpo_sft["ci95"][0] > 0,
         "beats_teacher": grpo_teacher["ci95"][0] > 0,
-        "rule": "improved: GRPO - SFT on holdout, paired-by-seed bootstrap 95% CI lower bound > 0; "
-        f"beats_teacher: the same for GRPO - teacher ({role['teacher']})",
+        "rule": f"improved: {rl_label(config)} - SFT (grpo-sft) on holdout, paired-by-seed bootstrap 95% CI lower "
+        f"bound > 0; beats_teacher: the same for {rl_label(config)} - teacher ({role['teacher']})",
     }
     gaps = {
         name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoints import CorruptCheckpointError, verify_checkpoint
+from ..config import migrate_config
 from ..runs import read_json_record, read_stage_record, to_run_relative
 
 SWEEP = "sweep/sweep.json"
@@ -104,7 +105,7 @@ def run_sweep(run_dir: Path | str, split: str = "holdout", episodes: int = 50) -
     # the checkpoints first, from the files alone: a run without any says so whatever else it lacks
     recorded = read_json_record(run_dir / "manifest.json", "the run's manifest").get("config") or {}
     grpo = read_stage_record(run_dir, "grpo").get("metrics") or {}
-    every = int((recorded.get("grpo") or {}).get("checkpoint_every", 0))
+    every = int((migrate_config(recorded).get("grpo") or {}).get("checkpoint_every", 0))
     folders = sweep_checkpoints(every, run_dir, int(grpo.get("steps") or 0))
     config = read_config(run_dir)
     run = Run(run_dir, config)

@@ -94,10 +94,10 @@ def add_verbs(verbs) -> None:
     r.set_defaults(func=_run)
     f = verbs.add_parser(
         "fork",
-        help="a new run sharing a run's corpus and SFT model, with other grpo/eval/export "
+        help="a new run sharing a run's corpus and SFT model, with other rl/grpo/aggrevate/eval/export "
         "settings: one change at a time, paired",
     )
     f.add_argument("base", type=Path)
     f.add_argument("--run-dir", type=Path, required=True)
-    add_set(f, help="grpo.*, eval.*, export.*")
+    add_set(f, help="rl.*, grpo.*, aggrevate.*, eval.*, export.*")
     f.set_defaults(func=_fork)

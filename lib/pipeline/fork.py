@@ -17,14 +17,15 @@ from ..runs import Run, git_state, hardware, now, package_versions, read_config,
 from ..training.corpus import run_corpus
 
 FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base
-FORK_SECTIONS = ("grpo.", "eval.", "export.", "corpus.grpo_")  # what a fork may change: nothing SFT depends on
+# what a fork may change: nothing SFT depends on
+FORK_SECTIONS = ("rl.", "grpo.", "aggrevate.", "eval.", "export.", "corpus.grpo_")
 
 
 def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, Any]):
     """A new run that shares the base run's corpus, baselines and SFT model (hard links, not copies) and differs
-    only in `overrides` to grpo.*, eval.* or export.*: the paired experiment, one change on the same states,
-    seeds and SFT weights. A fork that only raises an AggreVaTe run's grpo.rounds also copies its RL stage, which
-    then goes on from the base's last round. Returns (config, Run)."""
+    only in `overrides` to rl.*, grpo.*, aggrevate.*, eval.* or export.*: the paired experiment, one change on the
+    same states, seeds and SFT weights. A fork that only raises an AggreVaTe run's aggrevate.rounds also copies its
+    RL stage, which then goes on from the base's last round. Returns (config, Run)."""
     base_dir, target_dir = Path(base_dir), Path(target_dir)
     wrong = sorted(k for k in overrides if not k.startswith(FORK_SECTIONS))
     if wrong:
@@ -91,5 +92,9 @@ def fork_run(base_dir: Path | str, target_dir: Path | str, overrides: dict[str, 
 
 
 def _adds_rounds(base, config, overrides: dict) -> bool:
-    """The fork only raises grpo.rounds of a base whose RL stage is AggreVaTe."""
-    return set(overrides) == {"grpo.rounds"} and base.grpo.mode == "aggrevate" and config.grpo.rounds > base.grpo.rounds
+    """The fork only raises aggrevate.rounds of a base whose RL stage is AggreVaTe."""
+    return (
+        set(overrides) == {"aggrevate.rounds"}
+        and base.rl.algorithm == "aggrevate"
+        and config.aggrevate.rounds > base.aggrevate.rounds
+    )

@@ -31,9 +31,9 @@ def _sft() -> Callable:
 
 
 def _grpo() -> Callable:
-    from ..training.grpo import run_grpo
+    from ..training.rl import run_rl
 
-    return run_grpo
+    return run_rl
 
 
 def _evaluate() -> Callable:

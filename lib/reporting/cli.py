@@ -109,8 +109,9 @@ def add_verbs(verbs) -> None:
     u.add_argument(
         "--seeds",
         action="store_true",
-        help="one row per environment x seed x split: the RL stage's mode, SFT, GRPO, teacher, improver, oracle, "
-        "GRPO - teacher, gaps (a split the evaluation did not play: from the run's quickcheck of it)",
+        help="one row per environment x seed x split: the RL stage (RL (GRPO) and its mode, or RL (AggreVaTe)), "
+        "SFT, RL, teacher, improver, oracle, RL - teacher, gaps (a split the evaluation did not play: from the run's "
+        "quickcheck of it)",
     )
     u.add_argument("--out", type=Path, default=None)
     u.set_defaults(func=_summary)

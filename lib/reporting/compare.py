@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..config import rl_label
 from ..runs import quickcheck_path, read_json_record
 from ..stats import paired_difference
 
 
 def compare_table(runs: list, split: str = "holdout") -> str:
-    """Markdown: for each run (forks of one base, quickchecked on the same seeds) its overrides, GRPO's mean return,
-    GRPO - SFT and GRPO - teacher with their paired CIs, the mean frac_reward_zero_std and explore/beats_reference
-    over the first quarter, and its GRPO minus the first run's GRPO, paired by seed."""
+    """Markdown: for each run (forks of one base, quickchecked on the same seeds) its overrides, its RL stage (the
+    algorithm that ran, `lib.config.rl_label`), the RL stage's mean return, RL - SFT and RL - teacher with their
+    paired CIs, GRPO's mean frac_reward_zero_std and explore/beats_reference over the first quarter (n/a for
+    AggreVaTe), and its RL model minus the first run's, paired by seed."""
 
     def load(run):
         run = Path(run)
@@ -32,7 +34,7 @@ def compare_table(runs: list, split: str = "holdout") -> str:
             raise ValueError(f"{path} has no per-seed returns (made by an older quickcheck); run it again")
         manifest = json.loads((run / "manifest.json").read_text())
         grpo = json.loads((run / "grpo" / "stage.json").read_text())["metrics"]
-        return quick, manifest.get("forked_from", {}).get("overrides", {}), grpo
+        return quick, manifest.get("forked_from", {}).get("overrides", {}), grpo, rl_label(manifest.get("config", {}))
 
     def ci(d):
         return f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
@@ -40,16 +42,16 @@ def compare_table(runs: list, split: str = "holdout") -> str:
     loaded = [load(r) for r in runs]
     reference = {int(k): v for k, v in loaded[0][0]["returns"]["grpo"].items()}
     lines = [
-        "| run | change | GRPO | GRPO - SFT | GRPO - teacher | zero-std | beats ref. (1st quarter) "
-        "| GRPO - first run's GRPO |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | change | RL stage | RL | RL - SFT | RL - teacher | zero-std | beats ref. (1st quarter) "
+        "| RL - first run's RL |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for run, (quick, overrides, grpo) in zip(runs, loaded):
+    for run, (quick, overrides, grpo, label) in zip(runs, loaded):
         returns = {int(k): v for k, v in quick["returns"]["grpo"].items()}
         change = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(base recipe)"
         versus = "reference" if run == runs[0] else ci(paired_difference(returns, reference))
         lines.append(
-            f"| {Path(run).name} | {change} | {quick['policies']['grpo']['mean_return']:.3f} | "
+            f"| {Path(run).name} | {change} | {label} | {quick['policies']['grpo']['mean_return']:.3f} | "
             f"{ci(quick['paired']['grpo-sft'])} | {ci(quick['paired']['grpo-teacher'])} | "
             f"{_share(grpo.get('frac_reward_zero_std_mean'))} | "
             f"{_share(grpo.get('explore/beats_reference_first_quarter'))} | {versus} |"
@@ -58,7 +60,7 @@ def compare_table(runs: list, split: str = "holdout") -> str:
 
 
 def _share(value) -> str:
-    """A GRPO share for the table, or n/a where the RL stage has none (grpo.mode aggrevate draws no groups)."""
+    """A GRPO share for the table, or n/a where the RL stage has none (AggreVaTe draws no groups)."""
     return "n/a" if value is None else f"{value:.3f}"
 
 
@@ -103,7 +105,7 @@ def pair_table(runs: list, splits: tuple[str, ...] = ("holdout", "holdout_novel"
         return f"improved {improved}, beats teacher {beats}, integrity {integrity}"
 
     lines = [
-        "| seed | split | A | B | A GRPO | B GRPO | B - A (paired) | A gate | B gate |",
+        "| seed | split | A | B | A's RL | B's RL | B - A (paired) | A gate | B gate |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for a, b in zip(runs[::2], runs[1::2]):

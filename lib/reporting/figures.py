@@ -29,9 +29,33 @@ class NothingToDraw(Exception):
 
 
 def rl_mode(run_dir: Path) -> str:
-    """The run's RL stage (`grpo.mode`), from its manifest: step, every_candidate, soft_target, multi_turn or
-    aggrevate (no GRPO: no rewards, groups or samples to chart)."""
-    return _read(run_dir, MANIFEST)["config"]["grpo"].get("mode", "step")
+    """The run's RL stage, from its manifest (migrated, `lib.config.migrate_config`): aggrevate (rl.algorithm; no
+    GRPO: no rewards, groups or samples to chart), else GRPO's `grpo.mode`: step, every_candidate, soft_target or
+    multi_turn."""
+    from ..config import migrate_config
+
+    config = migrate_config(_read(run_dir, MANIFEST)["config"])
+    return "aggrevate" if config["rl"]["algorithm"] == "aggrevate" else config["grpo"].get("mode", "step")
+
+
+def run_label(run_dir: Path) -> str:
+    """The run's RL stage as reports name it, "RL (GRPO)" or "RL (AggreVaTe)" (`lib.config.rl_label`); "RL" for a
+    folder without a manifest (a chart drawn from loose files)."""
+    from ..config import rl_label
+
+    return rl_label(_read(run_dir, MANIFEST)["config"]) if (Path(run_dir) / MANIFEST).is_file() else "RL"
+
+
+def shown(key: str, label: str | None) -> str:
+    """An eval.json key as a reader reads it: the RL stage's model (`grpo`, a stable data key whatever algorithm
+    ran) named by `label`, and a paired difference `a-b` as "a - b" ("grpo-teacher": "RL (AggreVaTe) - teacher");
+    the key itself where `label` is None."""
+    if label is None:
+        return key
+    names = {"grpo": label, "sft": "SFT"}
+    if "-" in key:
+        return " - ".join(names.get(part, part) for part in key.split("-"))
+    return label if key == "grpo" else key
 
 
 def _read(run_dir: Path, relative: str):

@@ -33,6 +33,8 @@ from .figures import (  # noqa: F401 (the input file names are re-exported: test
     _read,
     _rows,
     not_evaluated,
+    run_label,
+    shown,
 )
 from .sweep import SWEEP, sweep_chart
 from .training_charts import exploration, grpo_reward, sft_loss, validation_curve
@@ -118,7 +120,7 @@ def per_seed_deltas(run_dir: Path) -> Figure:
     returns: dict[str, dict[int, float]] = {}
     for r in _holdout_episodes(run_dir):
         returns.setdefault(r["policy"], {})[r["seed"]] = r["return"]
-    order = list(paired)
+    order, label = list(paired), run_label(run_dir)
     rows = [
         (pair, returns[a][seed] - returns[b][seed])
         for pair in order
@@ -130,7 +132,13 @@ def per_seed_deltas(run_dir: Path) -> Figure:
         (sns.boxplot, {"color": "0.9", "showfliers": False}),
         (sns.stripplot, {"alpha": 0.6, "jitter": 0.2}),
     ):
-        plot(x=[pair for pair, _ in rows], y=[delta for _, delta in rows], order=order, ax=ax, **style)
+        plot(
+            x=[shown(pair, label) for pair, _ in rows],
+            y=[delta for _, delta in rows],
+            order=[shown(pair, label) for pair in order],
+            ax=ax,
+            **style,
+        )
     ax.vlines(range(len(order)), *np.array([paired[p]["ci95"] for p in order]).T, color="black", linewidth=2.5)
     ax.scatter(
         range(len(order)),
@@ -155,7 +163,7 @@ def train_holdout_gap(run_dir: Path) -> Figure:
     figure, (ax,) = _figure()
     _grouped_bars(
         ax,
-        [f"{m}\n(gap {report['train_holdout_gap'][m]:+.3f})" for m in models],
+        [f"{shown(m, run_label(run_dir))}\n(gap {report['train_holdout_gap'][m]:+.3f})" for m in models],
         {s: [policies[m]["mean_return"] for m in models] for s, policies in splits.items()},
         {s: [policies[m]["ci95"] for m in models] for s, policies in splits.items()},
     )

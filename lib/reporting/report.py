@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..config import migrate_config, rl_label
 from ..io import atomic_write_text
 from ..runs import read_json_record
-from .figures import not_evaluated
+from .figures import not_evaluated, shown
 from .sweep import SWEEP, read_sweep, sweep_table
 
 
@@ -27,22 +28,23 @@ def _signed_ci(values) -> str:
     return "[{:+.3f}, {:+.3f}]".format(*values)
 
 
-def headline(report: dict) -> str:
-    """The claim sentence, from eval.json's holdout split. Says "not improved" unless the paired CI supports it."""
+def headline(report: dict, label: str) -> str:
+    """The claim sentence, from eval.json's holdout split, the RL stage's model named by `label` ("RL (GRPO)",
+    `lib.config.rl_label`). Says "not improved" unless the paired CI supports it."""
     split = report["splits"]["holdout"]
     p, paired = split["policies"], split["paired"]
     grpo_sft, grpo_teacher = paired["grpo-sft"], paired["grpo-teacher"]
     teacher = report["roles"]["teacher"]
     return (
-        f"On {p['grpo']['n']} held-out {report['env']} episodes, GRPO returned {p['grpo']['mean_return']:.3f} "
+        f"On {p['grpo']['n']} held-out {report['env']} episodes, {label} returned {p['grpo']['mean_return']:.3f} "
         f"{_ci(p['grpo']['ci95'])}, SFT {p['sft']['mean_return']:.3f} {_ci(p['sft']['ci95'])} and the teacher "
         f"({teacher}) {p[teacher]['mean_return']:.3f} {_ci(p[teacher]['ci95'])}. "
-        f"GRPO - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
+        f"{label} - SFT = {grpo_sft['mean']:+.3f} {_signed_ci(grpo_sft['ci95'])} paired by seed: "
         f"**{'improved' if report['improved'] else 'not improved'}**. "
-        f"GRPO - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
+        f"{label} - teacher = {grpo_teacher['mean']:+.3f} {_signed_ci(grpo_teacher['ci95'])}: "
         f"**{'beats the teacher' if report['beats_teacher'] else 'does not beat the teacher'}**."
         + (
-            f" Gap closure (GRPO - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
+            f" Gap closure ({label} - teacher) / (oracle - teacher) = {split['gap_closure']['mean']:+.3f} "
             f"{_signed_ci(split['gap_closure']['ci95'])}."
             if "mean" in split.get("gap_closure", {})
             else ""
@@ -56,13 +58,14 @@ def headline(report: dict) -> str:
     )
 
 
-def policy_table(report: dict, split: str) -> pd.DataFrame:
-    """One row per policy on `split`; a split the run did not evaluate is a one-line table saying so."""
+def policy_table(report: dict, split: str, label: str | None = None) -> pd.DataFrame:
+    """One row per policy on `split`, the RL stage's model named `label`; a split the run did not evaluate is a
+    one-line table saying so."""
     if reason := not_evaluated(report, split):
         return pd.DataFrame([{"policy": reason}])
     rows = [
         {
-            "policy": name,
+            "policy": shown(name, label),
             "kind": r["kind"],
             "mean return": round(r["mean_return"], 3),
             "95% CI": _ci(r["ci95"]),
@@ -75,12 +78,13 @@ def policy_table(report: dict, split: str) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("mean return", ascending=False).reset_index(drop=True)
 
 
-def paired_table(report: dict) -> pd.DataFrame:
+def paired_table(report: dict, label: str | None = None) -> pd.DataFrame:
+    """Every paired-by-seed difference per split, the RL stage's model named `label`."""
     return pd.DataFrame(
         [
             {
                 "split": split,
-                "difference": name,
+                "difference": shown(name, label),
                 "mean": round(d["mean"], 3),
                 "paired 95% CI": _signed_ci(d["ci95"]),
                 "seeds": d["n"],
@@ -131,10 +135,11 @@ def headline_table(run_dir: Path) -> pd.DataFrame:
 
 
 def _rl_signal_lines(manifest: dict) -> list[str]:
-    """Where the RL stage's signal came from, when it is not the policy's own samples (grpo.mode aggrevate)."""
-    if manifest["config"]["grpo"].get("mode") != "aggrevate":
+    """Where the RL stage's signal came from, when it is not the policy's own samples (rl.algorithm aggrevate)."""
+    config = migrate_config(manifest["config"])
+    if config["rl"]["algorithm"] != "aggrevate":
         return []
-    rounds = manifest["config"]["grpo"].get("rounds", 1)
+    rounds = config.get("aggrevate", {}).get("rounds", 1)
     again = (
         f" {rounds} rounds: each later round's policy (the SFT model with the previous round's adapter) played "
         "fresh episodes, was labelled the same way, and trained that adapter further."
@@ -144,8 +149,8 @@ def _rl_signal_lines(manifest: dict) -> list[str]:
     return [
         f"The RL stage is {'AggreVaTe' if rounds > 1 else 'one AggreVaTe round'}, not GRPO: the SFT policy played "
         "its own train episodes and the improver (the teacher's one-step lookahead through the simulator) labelled "
-        f"every state it reached; the `grpo` rows below are that adapter, and their gain over the teacher is the "
-        f"improver's signal.{again}",
+        f"every state it reached; the RL (AggreVaTe) rows below (eval.json's `grpo`) are that adapter, and their gain "
+        f"over the teacher is the improver's signal.{again}",
         "",
     ]
 
@@ -157,7 +162,7 @@ def _alarm_lines(run_dir: Path) -> list[str]:
     alarms = metrics.get("alarms") or []
     if not alarms:
         return []
-    stopped = " It stopped early at the first alarm (`grpo.stop_on_alarm`)." if metrics.get("stopped_early") else ""
+    stopped = " It stopped early at the first alarm (`rl.stop_on_alarm`)." if metrics.get("stopped_early") else ""
     return [
         f"**GRPO raised {len(alarms)} collapse alarm{'s' if len(alarms) > 1 else ''}** (the run kept step "
         f"{metrics.get('kept_step')}).{stopped}",
@@ -179,23 +184,22 @@ def _imitation_lines(run_dir: Path) -> list[str]:
     return [f"**{describe(check)}.** GRPO starts from this policy.", ""]
 
 
-def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
-    """Write report.md from eval.json, the anti-hacking report, post-save results, the charts and the gate verdict."""
-    run_dir = Path(run_dir)
-    manifest = read_json_record(run_dir / "manifest.json", "the run's manifest")
-    report = json.loads((run_dir / "evaluate" / "eval.json").read_text())
-    anti = json.loads((run_dir / "evaluate" / "anti_hacking_report.json").read_text())
-    postsave = json.loads((run_dir / "postsave" / "postsave_inference.json").read_text())
-    stages = pd.DataFrame([{"stage": k, **v} for k, v in manifest["stages"].items()])
-    parts = [
+def _head_lines(run_dir: Path, manifest: dict, report: dict, verdict: dict) -> list[str]:
+    """The title, the claim, the gate's verdict, the backends and where the RL signal came from, then the warnings
+    (SFT collapsed, collapse alarms) and the gate's checks."""
+    label = rl_label(manifest["config"])
+    config = migrate_config(manifest["config"])
+    stage = (
+        label if config["rl"]["algorithm"] != "grpo" else f"{label}, grpo.mode `{config['grpo'].get('mode', 'step')}`"
+    )
+    return [
         f"# Run {manifest['run_id']} (profile `{manifest['config']['profile']}`)",
         "",
-        headline(report),
+        headline(report, label),
         "",
         f"Gate: **{'passed' if verdict['passed'] else 'failed'}** "
         f"(integrity checks {'passed' if verdict['integrity_passed'] else 'FAILED'}). "
-        f"Backends: SFT `{report['backends']['sft']}`, GRPO `{report['backends']['grpo']}`; GRPO mode "
-        f"`{manifest['config']['grpo'].get('mode', 'step')}`. "
+        f"Backends: SFT `{report['backends']['sft']}`, {label} `{report['backends']['grpo']}`; RL stage: {stage}. "
         f"Git {manifest['git']['sha']}{' (dirty)' if manifest['git']['dirty'] else ''}.",
         "",
         *_rl_signal_lines(manifest),
@@ -206,12 +210,23 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         pd.DataFrame(verdict["checks"]).to_markdown(index=False),
         "",
     ]
+
+
+def _result_lines(report: dict, label: str) -> list[str]:
+    """Every split's closed-loop returns, the paired differences and the ablations."""
+    parts = []
     for split in report["splits"]:
-        parts += [f"## Closed-loop returns: {split}", "", policy_table(report, split).to_markdown(index=False), ""]
-    parts += ["## Paired-by-seed differences", "", paired_table(report).to_markdown(index=False), ""]
+        table = policy_table(report, split, label).to_markdown(index=False)
+        parts += [f"## Closed-loop returns: {split}", "", table, ""]
+    parts += ["## Paired-by-seed differences", "", paired_table(report, label).to_markdown(index=False), ""]
     if report.get("ablations"):
         parts += ["## Ablations (holdout)", "", ablation_table(report).to_markdown(index=False), ""]
-    parts += [
+    return parts
+
+
+def _check_lines(anti: dict, postsave: dict, stages: pd.DataFrame) -> list[str]:
+    """The anti-hacking report, the post-save inference check and the stage timings."""
+    return [
         "## Anti-hacking",
         "",
         attack_table(anti).to_markdown(index=False),
@@ -236,27 +251,54 @@ def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
         stages.to_markdown(index=False),
         "",
     ]
-    if (run_dir / SWEEP).is_file():  # written by `python -m lib sweep` after training, when checkpoints were saved
-        sweep = read_sweep(run_dir)
-        parts += [
-            "## Checkpoint sweep",
-            "",
-            f"SFT (step 0) and every GRPO checkpoint played greedily on the same {len(sweep['seeds'])} "
-            f"{sweep['split']} seeds ({sweep['reference']['role']} {sweep['reference']['policy']}: "
-            f"{sweep['reference']['mean_return']:.3f} {_ci(sweep['reference']['ci95'])}; the run kept step "
-            f"{sweep['kept_step']}).",
-            "",
-            sweep_table(run_dir).to_markdown(index=False),
-            "",
-        ]
-    parts += ["## Charts", ""]
+
+
+def _sweep_lines(run_dir: Path) -> list[str]:
+    """The checkpoint sweep, when `python -m lib sweep` wrote one (after training, when checkpoints were saved)."""
+    if not (run_dir / SWEEP).is_file():
+        return []
+    sweep = read_sweep(run_dir)
+    return [
+        "## Checkpoint sweep",
+        "",
+        f"SFT (step 0) and every GRPO checkpoint played greedily on the same {len(sweep['seeds'])} "
+        f"{sweep['split']} seeds ({sweep['reference']['role']} {sweep['reference']['policy']}: "
+        f"{sweep['reference']['mean_return']:.3f} {_ci(sweep['reference']['ci95'])}; the run kept step "
+        f"{sweep['kept_step']}).",
+        "",
+        sweep_table(run_dir).to_markdown(index=False),
+        "",
+    ]
+
+
+def _chart_lines(charts) -> list[str]:
     from .plots import OPTIONAL_CHARTS
 
+    parts = ["## Charts", ""]
     for chart in charts:
         if chart.path:
             parts.append(f"![{chart.name}](charts/{chart.name}.png)")
         elif chart.name not in OPTIONAL_CHARTS:  # an optional chart's absence is not news
             parts.append(f"- {chart.message}")
+    return parts
+
+
+def write_report(run_dir: Path | str, verdict: dict, charts) -> Path:
+    """Write report.md from eval.json, the anti-hacking report, post-save results, the charts and the gate verdict;
+    the RL stage's model is named by the algorithm that ran (`lib.config.rl_label`)."""
+    run_dir = Path(run_dir)
+    manifest = read_json_record(run_dir / "manifest.json", "the run's manifest")
+    report = json.loads((run_dir / "evaluate" / "eval.json").read_text())
+    anti = json.loads((run_dir / "evaluate" / "anti_hacking_report.json").read_text())
+    postsave = json.loads((run_dir / "postsave" / "postsave_inference.json").read_text())
+    stages = pd.DataFrame([{"stage": k, **v} for k, v in manifest["stages"].items()])
+    parts = [
+        *_head_lines(run_dir, manifest, report, verdict),
+        *_result_lines(report, rl_label(manifest["config"])),
+        *_check_lines(anti, postsave, stages),
+        *_sweep_lines(run_dir),
+        *_chart_lines(charts),
+    ]
     path = run_dir / "report.md"
     atomic_write_text(path, "\n".join(parts) + "\n")
     return path

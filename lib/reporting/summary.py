@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..io import read_records
 from ..runs import quickcheck_path, read_json_record
+from .figures import rl_mode, run_label
 
 
 def _ci(values) -> str:
@@ -91,11 +92,11 @@ SEED_COLUMNS = (
     "RL stage",
     "split",
     "SFT",
-    "GRPO",
+    "RL",
     "teacher",
     "improver",
     "oracle",
-    "GRPO - teacher",
+    "RL - teacher",
     "gap closure (oracle)",
     "gap closure (improver)",
     "no spread",
@@ -151,17 +152,23 @@ def _split_entries(run_dir: Path, report: dict, splits: tuple[str, ...]) -> list
     return found
 
 
+def _stage_name(run_dir: Path) -> str:
+    """The run's RL stage for the seed table: "RL (AggreVaTe)", or "RL (GRPO)" with its grpo.mode."""
+    mode = rl_mode(run_dir)
+    return run_label(run_dir) + ("" if mode == "aggrevate" else f" {mode}")
+
+
 def seed_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout", "holdout_novel")) -> str:
-    """Runs of several environments and seeds: one row per (environment, seed, split) with the RL stage's mode
-    (`grpo.mode`: GRPO's, or aggrevate), SFT, GRPO (the RL stage's model), the teacher, the improver and the oracle
-    (mean returns), GRPO - teacher paired by seed with its 95% CI, and the gap closure toward the oracle and toward
+    """Runs of several environments and seeds: one row per (environment, seed, split) with the RL stage (its
+    algorithm, and GRPO's `grpo.mode`), SFT, RL (the RL stage's model), the teacher, the improver and the oracle
+    (mean returns), RL - teacher paired by seed with its 95% CI, and the gap closure toward the oracle and toward
     the improver; then the run's exploration and stability readings (`_run_bars`). A split the evaluate stage did not
     play is read from the run's quickcheck of it, if any."""
     lines = ["| " + " | ".join(SEED_COLUMNS) + " |", "|" + " --- |" * len(SEED_COLUMNS)]
     for run_dir in map(Path, run_dirs):
         report = _eval(run_dir)
         config = read_json_record(run_dir / "manifest.json", "the run's manifest")["config"]
-        mode, bars = config["grpo"].get("mode", "step"), _run_bars(run_dir)
+        mode, bars = _stage_name(run_dir), _run_bars(run_dir)
         lines += [
             "| " + " | ".join(_seed_row(report, entry, config["seed"], mode, label, bars)) + " |"
             for label, entry in _split_entries(run_dir, report, splits)

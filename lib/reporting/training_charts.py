@@ -20,6 +20,7 @@ from .figures import (
     _read,
     _rows,
     rl_mode,
+    run_label,
 )
 
 
@@ -73,7 +74,7 @@ def exploration(run_dir: Path) -> Figure:
     length and mean return of the episodes the policy played, and its entropy at the trained turns
     (lib/training/multiturn.py)."""
     if rl_mode(run_dir) == "aggrevate":
-        raise NothingToDraw("the RL stage is AggreVaTe (grpo.mode aggrevate): it samples nothing to explore with")
+        raise NothingToDraw("the RL stage is AggreVaTe (rl.algorithm aggrevate): it samples nothing to explore with")
     panels = [
         ("explore/beats_reference", "Groups where a sample beats the teacher", "share of groups"),
         ("explore/best_minus_reference", "Best sample - teacher's action", "return difference"),
@@ -101,9 +102,10 @@ def exploration(run_dir: Path) -> Figure:
 
 
 def validation_curve(run_dir: Path) -> Figure:
-    """GRPO's learning curve: greedy closed-loop return (95% CI) on the validation seeds against the step, the SFT
-    start at step 0, the kept (best) step marked, the teacher's and the oracle's return on the same seeds, and,
-    once the run is evaluated, the kept adapter's holdout return (its own seeds: beside the curve, not on it)."""
+    """The RL stage's learning curve (titled with the algorithm that ran): greedy closed-loop return (95% CI) on the
+    validation seeds against the step, the SFT start at step 0, the kept (best) step marked, the teacher's and the
+    oracle's return on the same seeds, and, once the run is evaluated, the kept adapter's holdout return (its own
+    seeds: beside the curve, not on it)."""
     points = sorted(_read(run_dir, VALIDATION), key=lambda p: p["step"])
     if not points:
         raise ValueError(f"{VALIDATION} has no points")
@@ -128,9 +130,9 @@ def validation_curve(run_dir: Path) -> Figure:
             [kept], [final["mean_return"]], yerr=[[final["mean_return"] - low], [high - final["mean_return"]]],
             fmt="D", color="black", capsize=4, label=f"kept adapter (step {kept}) on holdout ({final['n']} seeds)",
         )  # fmt: skip
-    title, xlabel = f"GRPO validation curve ({points[0]['n']} episodes)", "GRPO step"
+    title, xlabel = f"{run_label(run_dir)} validation curve ({points[0]['n']} episodes)", "GRPO step"
     if "round" in points[0]:  # an AggreVaTe stage: one point per policy, the SFT's (round 0) and each round's
-        title, xlabel = f"AggreVaTe validation curve ({points[0]['n']} episodes)", "training step (round marked)"
+        xlabel = "training step (round marked)"
         for p in points:
             ax.annotate(f"round {p['round']}", (p["step"], p["mean_return"]), textcoords="offset points", xytext=(4, 6))
     ax.set(title=title, xlabel=xlabel, ylabel="mean return")

@@ -1,4 +1,4 @@
-"""The RL stage as AggreVaTe (`grpo.mode: aggrevate`): the improver's labels at the policy's own states.
+"""The RL stage as AggreVaTe (`rl.algorithm: aggrevate`): the improver's labels at the policy's own states.
 
 GRPO learns from the policy's samples, and a sharp SFT rarely samples the answer that beats its teacher. AggreVaTe
 (Ross and Bagnell, 2014) brings the signal from outside the samples: the SFT policy plays fresh train episodes
@@ -14,14 +14,14 @@ rate) on as many episodes of the policy's own play as the teacher's corpus has (
 seeds of their own block (`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as GRPO does, so the evaluate stage, the
 gate and the report read it the same way.
 
-`grpo.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
+`aggrevate.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
 fresh episodes on the next seeds of the block, the improver labels the states it reached, and round k-1's adapter is
 trained further on those rows. One round labels only states the SFT policy reaches; a state that follows an action
 the teacher never takes (a substitution, say) is first reached, and labelled, in round 2.
 
-With `grpo.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
+With `rl.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
 lib/training/validation.py), so the stage has a learning curve over its rounds in grpo/validation.jsonl, its points
-at the cumulative training step, each with its `round` (0: the SFT). The last round's adapter is kept (`grpo.keep:
+at the cumulative training step, each with its `round` (0: the SFT). The last round's adapter is kept (`rl.keep:
 last`): a further round trains it on.
 """
 
@@ -33,162 +33,172 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from ..config import rl_stage_params
 from ..episodes import Improver
 from ..inference import load_policy_model
-from ..io import append_record, atomic_write_text, read_records
+from ..io import atomic_write_text, read_records
 from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
-from .dagger import AGGREVATE_SEED_OFFSET, dagger_seeds, labelled_rows
-from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, progress_callbacks, save_atomically
-from .sft import sft_args
-from .validation import best_point, read_curve, validation_point, write_references
+from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, progress_callbacks, save_atomically, sft_args
+from .labelling import AGGREVATE_SEED_OFFSET, block_seeds, labelled_rows
+from .validation import LearningCurve
 
 
 def round_seeds(config, round_: int) -> range:
     """The train seeds round `round_` (1, 2, ...) plays: corpus.sft_episodes of them, each round its own."""
     episodes = config.corpus.sft_episodes
-    return dagger_seeds(episodes, config.corpus.seed_offset + (round_ - 1) * episodes, AGGREVATE_SEED_OFFSET)
+    return block_seeds(episodes, config.corpus.seed_offset + (round_ - 1) * episodes, AGGREVATE_SEED_OFFSET)
 
 
 def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
-    """`grpo.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its adapter in
-    `stage`/adapter, as train_grpo records GRPO."""
+    """`aggrevate.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its
+    adapter in `stage`/adapter, as train_grpo records GRPO."""
     started = time.time()
     seed_everything(config.seed, config.deterministic)
-    g, out = config.grpo, run.stage_dir(stage)
-    adapter_dir = out / "adapter"
+    rounds_asked, out = config.aggrevate.rounds, run.stage_dir(stage)
     rounds, rows, losses = done_rounds(config, run, stage, base_model)
     logged = (out / "train_log.jsonl").read_text() if rounds else ""
     logger, guard = JsonlLogger(out / "train_log.jsonl"), FiniteLossGuard()
     if logged:  # the done rounds' records, in a file of this run's own (a fork's is a copy of its base's)
         atomic_write_text(out / "train_log.jsonl", logged)
     resumed = {"round": len(rounds), "adapter_sha256": rounds[-1]["adapter_sha256"]} if rounds else None
-    run.log(f"{stage}_start", base_model=base_model, mode=g.mode, rounds=g.rounds, resumed_from=resumed)
-    curve = Curve(config, out) if g.validate_every else None
-    for round_ in range(len(rounds) + 1, g.rounds + 1):
-        seeds = round_seeds(config, round_)
-        previous = adapter_dir if round_ > 1 else None
-        policy = load_policy_model(base_model, config.model, previous)
-        if curve is not None:  # the policy this round plays with: the SFT's, or the previous round's
-            with run.lap(stage, "validation"):
-                curve.point(policy, sum(r["steps"] for r in rounds), round_ - 1)
-        with run.lap(stage, "policy's episodes, improver's labels"):
-            labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
-            del policy
-        if not labelled:
-            raise ValueError(f"grpo.mode aggrevate: the policy's {len(seeds)} episodes reached no state to label")
-        changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
-        at_labels = policy_at_labels(labelled)
-        print(
-            f"aggrevate round {round_}/{g.rounds}: {len(labelled)} states of the policy's own {len(seeds)} episodes; "
-            f"the improver keeps its action at {agree:.3f} of them and differs from the teacher at {changed}; the "
-            f"policy's mean probability of the teacher's answer {at_labels['policy_p_teacher']}, of the improver's "
-            f"where they differ {at_labels['policy_p_label_differs']}"
-        )
+    run.log(f"{stage}_start", base_model=base_model, mode="aggrevate", rounds=rounds_asked, resumed_from=resumed)
+    curve = None
+    if config.rl.validate_every:
+        curve = LearningCurve(config, out)
+        curve.references()
+    for round_ in range(len(rounds) + 1, rounds_asked + 1):
+        seeds, labelled, agree = _play(config, run, stage, base_model, round_, rounds, curve)
         rows += [{**r, "round": round_} for r in labelled]
         atomic_write_text(out / "rows.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         logger.tag(round=round_)
-        trainer, result = _fit(config, run, out, stage, base_model, previous, labelled, [logger, guard])
-        if guard.bad_step is not None:
-            raise NonFiniteLossError(
-                f"AggreVaTe loss became non-finite at round {round_}, step {guard.bad_step}; nothing was saved"
-            )
-        with run.lap(stage, "save"):
-            save_atomically(trainer, trainer.processing_class, adapter_dir, merge=False)
-        sha = weights_sha256(adapter_dir)
-        fitted = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        losses += fitted
-        rounds.append(
-            {
-                "round": round_,
-                "seeds": [seeds.start, seeds.stop],
-                "rows": len(labelled),
-                "policy_agrees_with_improver": agree,
-                "improver_differs_from_teacher": round(changed / len(labelled), 4),
-                "frac_states_zero_spread": zero_spread(labelled),
-                **at_labels,
-                "steps": trainer.state.global_step,
-                "loss_first": fitted[0] if fitted else None,
-                "loss_last": fitted[-1] if fitted else None,
-                "train_runtime_s": round(result["train_runtime"], 3),
-                "tokens": int(trainer.state.num_input_tokens_seen),
-                "adapter_sha256": sha,  # the next round's policy plays with this adapter and trains it further
-            }
+        done, fitted, result = _train_round(
+            config, run, stage, base_model, round_, seeds, labelled, agree, guard, logger
         )
-        del trainer
+        losses += fitted
+        rounds.append(done)
     kept = {"kept_step": sum(r["steps"] for r in rounds)}
     if curve is not None:
         with run.lap(stage, "validation"):
-            curve.point(load_policy_model(base_model, config.model, adapter_dir), kept["kept_step"], len(rounds))
+            _validate(
+                curve, load_policy_model(base_model, config.model, out / "adapter"), kept["kept_step"], len(rounds)
+            )
         kept.update(curve.summary())
-    runtime = sum(r["train_runtime_s"] for r in rounds)
-    changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in rows)
-    agree = sum(r["policy_agrees_with_improver"] * r["rows"] for r in rounds) / len(rows)
     return run.stage_done(
         stage,
         started=started,
-        params=g.model_dump(),
+        params=rl_stage_params(config),
         inputs={"base_model": base_model, "seeds": [rounds[0]["seeds"][0], rounds[-1]["seeds"][1]]},
-        outputs={"adapter": str(adapter_dir), "base_model": base_model, "rows": str(out / "rows.jsonl")},
+        outputs={"adapter": str(out / "adapter"), "base_model": base_model, "rows": str(out / "rows.jsonl")},
         metrics={
             "backend": backend_for(config.model),
-            "mode": g.mode,
-            "label_source": "improver",
-            "rounds": rounds,
-            "episodes": config.corpus.sft_episodes * g.rounds,
-            "rows": len(rows),
-            "policy_agrees_with_improver": round(agree, 4),
-            "improver_differs_from_teacher": round(changed / len(rows), 4),
-            "frac_states_zero_spread": zero_spread(rows),
-            # GRPO's `explore/p_reference` at the stage's start: the SFT policy's probability of the teacher's answer
-            # at the states it reached in round 1 (None for a round recorded before it was)
-            "p_reference_start": rounds[0].get("policy_p_teacher"),
-            "steps": sum(r["steps"] for r in rounds),
+            **_stage_metrics(config, rounds, rows, losses, result["train_loss"]),
             **kept,
-            "train_loss": result["train_loss"],  # the last round's mean over its steps (logged ones: losses)
-            "losses": losses,
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-            "train_runtime_s": round(runtime, 3),
-            "tokens_per_s": round(sum(r["tokens"] for r in rounds) / runtime, 1) if runtime else None,
-            "reward_first": None,
-            "reward_last": None,
-            "reward_mean": None,
-            "frac_reward_zero_std_mean": None,
-            "adapter_sha256": sha,
             "resumed_from": resumed,
-            "alarms": [],
-            "stopped_early": False,
         },
     )
 
 
-class Curve:
-    """The stage's validation curve over its rounds (grpo/validation.jsonl; a continued fork's goes on from its
-    base's points)."""
-
-    def __init__(self, config, out: Path):
-        self.config, self.path = config, Path(out) / "validation.jsonl"
-        write_references(config, out)
-
-    def point(self, loaded, step: int, round_: int) -> None:
-        done = {p["step"] for p in read_curve(self.path)} if self.path.exists() else set()
-        if step in done:
-            return
-        model, tokenizer, _ = loaded
-        point = validation_point(self.config, model, tokenizer, step, round=round_)
-        append_record(self.path, point)
+def _validate(curve: LearningCurve, loaded, step: int, round_: int) -> None:
+    """The curve's point of the policy in `loaded` (the SFT's, or a round's) at the cumulative training step."""
+    model, tokenizer, _ = loaded
+    point = curve.add(model, tokenizer, step, round=round_)
+    if point is not None:
         print(f"validation after round {round_} (step {step}): {point['mean_return']:.3f}")
 
-    def summary(self) -> dict:
-        """The best point and how far the last (the kept adapter's) fell short of it: the stable bar's reading."""
-        points = read_curve(self.path)
-        best = best_point(points)
-        return {
-            "validation_best_step": best["step"],
-            "validation_best": best["mean_return"],
-            "validation_last_minus_best": round(points[-1]["mean_return"] - best["mean_return"], 4),
-        }
+
+def _play(config, run: Run, stage: str, base_model: str, round_: int, rounds: list[dict], curve) -> tuple:
+    """Round `round_`'s policy (the SFT model with the previous round's adapter) on the curve, then playing its own
+    episodes, the improver labelling every state it reached. Returns (its seeds, the labelled rows, the share of
+    states where the policy already took the improver's answer)."""
+    seeds = round_seeds(config, round_)
+    previous = run.dir / stage / "adapter" if round_ > 1 else None
+    policy = load_policy_model(base_model, config.model, previous)
+    if curve is not None:  # the policy this round plays with: the SFT's, or the previous round's
+        with run.lap(stage, "validation"):
+            _validate(curve, policy, sum(r["steps"] for r in rounds), round_ - 1)
+    with run.lap(stage, "policy's episodes, improver's labels"):
+        labelled, agree = labelled_rows(config, policy, seeds, Improver.name, "improver")
+        del policy
+    if not labelled:
+        raise ValueError(f"rl.algorithm aggrevate: the policy's {len(seeds)} episodes reached no state to label")
+    changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
+    at_labels = policy_at_labels(labelled)
+    print(
+        f"aggrevate round {round_}/{config.aggrevate.rounds}: {len(labelled)} states of the policy's own "
+        f"{len(seeds)} episodes; the improver keeps its action at {agree:.3f} of them and differs from the teacher "
+        f"at {changed}; the policy's mean probability of the teacher's answer {at_labels['policy_p_teacher']}, of "
+        f"the improver's where they differ {at_labels['policy_p_label_differs']}"
+    )
+    return seeds, labelled, agree
+
+
+def _train_round(config, run: Run, stage, base_model, round_, seeds, labelled, agree, guard, logger) -> tuple:
+    """Round `round_`'s fit of the labels (`_fit`) and its saved adapter. Returns (the round's record, its logged
+    losses, the trainer's train metrics)."""
+    out = run.dir / stage
+    adapter_dir, previous = out / "adapter", (out / "adapter" if round_ > 1 else None)
+    trainer, result = _fit(config, run, out, stage, base_model, previous, labelled, [logger, guard])
+    if guard.bad_step is not None:
+        raise NonFiniteLossError(
+            f"AggreVaTe loss became non-finite at round {round_}, step {guard.bad_step}; nothing was saved"
+        )
+    with run.lap(stage, "save"):
+        save_atomically(trainer, trainer.processing_class, adapter_dir, merge=False)
+    fitted = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in labelled)
+    record = {
+        "round": round_,
+        "seeds": [seeds.start, seeds.stop],
+        "rows": len(labelled),
+        "policy_agrees_with_improver": agree,
+        "improver_differs_from_teacher": round(changed / len(labelled), 4),
+        "frac_states_zero_spread": zero_spread(labelled),
+        **policy_at_labels(labelled),
+        "steps": trainer.state.global_step,
+        "loss_first": fitted[0] if fitted else None,
+        "loss_last": fitted[-1] if fitted else None,
+        "train_runtime_s": round(result["train_runtime"], 3),
+        "tokens": int(trainer.state.num_input_tokens_seen),
+        # the next round's policy plays with this adapter and trains it further
+        "adapter_sha256": weights_sha256(adapter_dir),
+    }
+    return record, fitted, result
+
+
+def _stage_metrics(config, rounds: list[dict], rows: list[dict], losses: list[float], train_loss) -> dict:
+    """The stage record's figures over all its rounds (each round's own: `rounds`). GRPO's reward and alarm fields
+    hold None, [] and False: AggreVaTe draws no groups and raises no alarm."""
+    runtime = sum(r["train_runtime_s"] for r in rounds)
+    changed = sum(r["completion"][-1]["content"] != r["teacher"] for r in rows)
+    agree = sum(r["policy_agrees_with_improver"] * r["rows"] for r in rounds) / len(rows)
+    return {
+        "mode": "aggrevate",  # the record's name for the algorithm (GRPO's records: grpo.mode)
+        "label_source": "improver",
+        "rounds": rounds,
+        "episodes": config.corpus.sft_episodes * config.aggrevate.rounds,
+        "rows": len(rows),
+        "policy_agrees_with_improver": round(agree, 4),
+        "improver_differs_from_teacher": round(changed / len(rows), 4),
+        "frac_states_zero_spread": zero_spread(rows),
+        # GRPO's `explore/p_reference` at the stage's start: the SFT policy's probability of the teacher's answer
+        # at the states it reached in round 1 (None for a round recorded before it was)
+        "p_reference_start": rounds[0].get("policy_p_teacher"),
+        "steps": sum(r["steps"] for r in rounds),
+        "train_loss": train_loss,  # the last round's mean over its steps (logged ones: losses)
+        "losses": losses,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "train_runtime_s": round(runtime, 3),
+        "tokens_per_s": round(sum(r["tokens"] for r in rounds) / runtime, 1) if runtime else None,
+        "reward_first": None,
+        "reward_last": None,
+        "reward_mean": None,
+        "frac_reward_zero_std_mean": None,
+        "adapter_sha256": rounds[-1]["adapter_sha256"],
+        "alarms": [],
+        "stopped_early": False,
+    }
 
 
 def zero_spread(rows: list[dict]) -> float | None:
@@ -199,7 +209,7 @@ def zero_spread(rows: list[dict]) -> float | None:
 
 
 def policy_at_labels(rows: list[dict]) -> dict:
-    """How the playing policy stood toward the labels at its own states (lib/training/dagger.py: `labelled_rows`):
+    """How the playing policy stood toward the labels at its own states (lib/training/labelling.py: `labelled_rows`):
     its mean probability of the teacher's answer (`policy_p_teacher`), of the improver's label
     (`policy_p_label`), and of the label where the improver differs from the teacher (`policy_p_label_differs`:
     what a GRPO sample would have had to find there). None where the policy's distribution was not recorded."""
@@ -218,7 +228,7 @@ def policy_at_labels(rows: list[dict]) -> dict:
 
 def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dict], list[dict], list[float]]:
     """The rounds the stage folder already holds, to go on from: (their records, their rows, their logged losses).
-    A fork that only raises grpo.rounds shares its base's RL stage (lib/pipeline/fork.py), and its rounds are kept
+    A fork that only raises aggrevate.rounds shares its base's RL stage (lib/pipeline/fork.py), and its rounds are kept
     when the record is a finished AggreVaTe stage on the same base model, its adapter on disk is the one it recorded,
     its rounds played the seeds this config gives them, and it has fewer rounds than asked. Otherwise nothing: the
     stage starts from round 1, as a re-run of a finished stage always has."""
@@ -229,9 +239,9 @@ def done_rounds(config, run: Run, stage: str, base_model: str) -> tuple[list[dic
     m = record.get("metrics", {})
     if record.get("status") != "ok" or m.get("mode") != "aggrevate":
         return [], [], []
-    rounds = m.get("rounds") or [_legacy_round(record)]  # a record from before grpo.rounds had one round
+    rounds = m.get("rounds") or [_legacy_round(record)]  # a record from before rounds had one round
     adapter = Path(record["outputs"]["adapter"])
-    if len(rounds) >= config.grpo.rounds or record["outputs"]["base_model"] != base_model:
+    if len(rounds) >= config.aggrevate.rounds or record["outputs"]["base_model"] != base_model:
         return [], [], []
     if not adapter.is_dir() or weights_sha256(adapter) != rounds[-1]["adapter_sha256"]:
         raise ValueError(

@@ -1,13 +1,13 @@
 """Collapse alarms for GRPO: a run that is falling apart says so, in its log, its stage record and its report.
 
 Two signs, each measured, never guessed:
-- **the validation return falls** more than `grpo.alarm_drop` below its best so far (grpo/validation.jsonl);
+- **the validation return falls** more than `rl.alarm_drop` below its best so far (grpo/validation.jsonl);
 - **the groups stop varying**: over the last `ZERO_STD_WINDOW` logged steps, TRL's `frac_reward_zero_std` (the share
   of groups whose samples all got the same reward, so their advantages are zero) averages above
   `grpo.alarm_zero_std`. With no spread left no update can pull the policy back: the collapse that ended a run
   with every episode finishing at once looked like this.
 
-Each alarm is printed, warned and appended to `grpo/alarms.jsonl`. With `grpo.stop_on_alarm` the trainer stops at
+Each alarm is printed, warned and appended to `grpo/alarms.jsonl`. With `rl.stop_on_alarm` the trainer stops at
 the first one; the run then keeps its best validated adapter, as always. Stopping is an alarm, not a cure: the stage
 record lists the alarms and whether the run stopped early (`lib/training/grpo.py`), and the report shows them.
 """
@@ -55,8 +55,8 @@ def read_alarms(grpo_dir: Path) -> list[dict]:
 class CollapseAlarm(TrainerCallback):
     """Raises the two alarms above; add it after the validation callback, so that a step's point is on disk."""
 
-    def __init__(self, grpo_config, out_dir: Path):
-        self.g, self.out = grpo_config, Path(out_dir)
+    def __init__(self, config, out_dir: Path):
+        self.g, self.rl, self.out = config.grpo, config.rl, Path(out_dir)
         self.fractions: list[float] = []
         self.raised = {(a["kind"], a["step"]) for a in read_alarms(self.out)}  # a resumed run keeps its alarms
         self.zero_std_raised = any(kind == "zero_std" for kind, _ in self.raised)
@@ -68,7 +68,7 @@ class CollapseAlarm(TrainerCallback):
         append_record(self.out / ALARMS_FILE, alarm)
         print(f"ALARM ({alarm['kind']}, step {alarm['step']}): {alarm['message']}", flush=True)
         warnings.warn(f"GRPO {alarm['kind']} at step {alarm['step']}: {alarm['message']}", stacklevel=2)
-        if self.g.stop_on_alarm:
+        if self.rl.stop_on_alarm:
             control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -88,8 +88,8 @@ class CollapseAlarm(TrainerCallback):
                 )
 
     def on_step_end(self, args, state, control, **kwargs):
-        every = self.g.validate_every
+        every = self.rl.validate_every
         if every and state.global_step % every == 0:
-            alarm = validation_drop(read_curve(self.out / "validation.jsonl"), self.g.alarm_drop)
+            alarm = validation_drop(read_curve(self.out / "validation.jsonl"), self.rl.alarm_drop)
             if alarm is not None and alarm["step"] == state.global_step:
                 self._raise(alarm, control)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TRAINED = "default"  # PEFT's name of the adapter being trained
-ANCHOR = "ref"  # TRL's name of the frozen copy its KL term reads
+from .harness import ANCHOR, TRAINED
 
 
 class AnchorError(RuntimeError):
@@ -29,14 +28,6 @@ def with_anchor_adapter(model, peft_config):
     from peft import get_peft_model
 
     return get_peft_model(model, peft_config), None
-
-
-def saved_adapters(model) -> dict:
-    """save_pretrained's arguments that save only the trained adapter (the anchor is not part of the policy)."""
-    config = getattr(model, "peft_config", None)
-    if isinstance(config, dict) and ANCHOR in config:
-        return {"selected_adapters": [TRAINED]}
-    return {}
 
 
 def refresh_anchor(model) -> int:

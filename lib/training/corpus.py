@@ -101,6 +101,46 @@ def sft_rows(
     return rows
 
 
+def _rollout_states(spec, env, seeds, policies: list[str]) -> tuple[dict[int, list[tuple[dict, object]]], int]:
+    """Every state of each policy's episodes on `seeds` (train split) with its observation, by episode position;
+    and how many there are."""
+    by_position: dict[int, list[tuple[dict, object]]] = {}
+    seen = 0
+    for seed in seeds:
+        for name in policies:
+            episode = run_episode(env, spec.make_policy(name), seed, "train", keep_transitions=True)
+            for position, t in enumerate(episode.transitions):
+                seen += 1
+                state = {"seed": seed, "split": "train", "history": t["history"], "position": position}
+                by_position.setdefault(position, []).append((state, t["observation"]))
+    return by_position, seen
+
+
+def _scored(env, states: list[tuple[dict, object]], reference: str, reference_policy, where, workers: int) -> list:
+    """Every candidate's return at each state (the reference finishing the episode), in the states' order: here,
+    or across `workers` forked processes, 8 states a call, when `where` names the environment."""
+    if not (where is not None and workers > 1):
+        return [candidate_returns(env, s["seed"], "train", s["history"], o, reference_policy) for s, o in states]
+    chunks = [states[i : i + 8] for i in range(0, len(states), 8)]
+    calls = [(*where, reference, [(s["seed"], s["history"], o) for s, o in chunk]) for chunk in chunks]
+    return [r for part in fork_map(_scored_states, calls, workers) for r in part]
+
+
+def _grpo_row(env, state: dict, observation, returns: dict, reference_policy) -> dict:
+    """A GRPO prompt row: the state, its prompt, every candidate's return, the best, and the reference's own
+    answer and its return."""
+    reference_policy.begin(state["seed"])
+    reference_answer = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
+    return {
+        **state,
+        "prompt": env.render(observation),
+        "returns": returns,
+        "best_return": max(returns.values()),
+        "reference_answer": reference_answer,
+        "reference_return": returns[reference_answer],
+    }
+
+
 def grpo_rows(
     spec,
     env,
@@ -128,15 +168,8 @@ def grpo_rows(
     states across forked processes (lib/parallel.py): in one process they took 88% of `gpu-smollm2`'s corpus stage
     (cProfile, this project's 2-core CPU)."""
     reference_policy = spec.make_policy(reference)
-    by_position: dict[int, list[dict]] = {}
-    seen = examined = 0
-    for seed in seeds:
-        for name in policies:
-            episode = run_episode(env, spec.make_policy(name), seed, "train", keep_transitions=True)
-            for position, t in enumerate(episode.transitions):
-                seen += 1
-                state = {"seed": seed, "split": "train", "history": t["history"], "position": position}
-                by_position.setdefault(position, []).append((state, t["observation"]))
+    by_position, seen = _rollout_states(spec, env, seeds, policies)
+    examined = 0
     n_improvable = round(improvable_share * n_prompts)
     improvable: list[tuple[int, dict]] = []
     other: list[tuple[int, dict]] = []
@@ -162,30 +195,16 @@ def grpo_rows(
         states = list(itertools.islice(pending, batch))
         if not states:
             break
-        if batch == 1:
-            scored = [candidate_returns(env, s["seed"], "train", s["history"], o, reference_policy) for s, o in states]
-        else:
-            chunks = [states[i : i + 8] for i in range(0, len(states), 8)]
-            calls = [(*where, reference, [(s["seed"], s["history"], o) for s, o in chunk]) for chunk in chunks]
-            scored = [r for part in fork_map(_scored_states, calls, workers) for r in part]
-        for (state, observation), returns in zip(states, scored):
+        for (state, observation), returns in zip(
+            states, _scored(env, states, reference, reference_policy, where, workers)
+        ):
             if enough():
                 break
             examined += 1
-            best = max(returns.values())
-            if best - min(returns.values()) < INFORMATIVE_SPREAD:
+            if max(returns.values()) - min(returns.values()) < INFORMATIVE_SPREAD:
                 continue
-            reference_policy.begin(state["seed"])
-            reference_answer = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
-            row = {
-                **state,
-                "prompt": env.render(observation),
-                "returns": returns,
-                "best_return": best,
-                "reference_answer": reference_answer,
-                "reference_return": returns[reference_answer],
-            }
-            gains = best - row["reference_return"] >= improvable_margin
+            row = _grpo_row(env, state, observation, returns, reference_policy)
+            gains = row["best_return"] - row["reference_return"] >= improvable_margin
             (improvable if gains and len(improvable) < n_improvable else other).append((examined, row))
             progress.update(min(len(improvable), n_improvable) + min(len(other), n_prompts - n_improvable) - progress.n)
     progress.close()

@@ -14,18 +14,14 @@ validation's. Its rows are labelled `label_source: dagger`, with the model's act
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
-from ..envs.base import completion_action, format_action
-from .rows import sft_row
-
-DAGGER_SEED_OFFSET = 50_000  # train seeds of the learner's own episodes: after the corpus's and GRPO's blocks
-AGGREVATE_SEED_OFFSET = 70_000  # the RL stage's own episodes (grpo.mode aggrevate): a block of their own
+from .labelling import DAGGER_SEED_OFFSET, block_seeds, labelled_rows
 
 
-def dagger_seeds(episodes: int, offset: int = 0, block: int = DAGGER_SEED_OFFSET) -> range:
-    return range(block + offset, block + offset + episodes)
+def dagger_seeds(episodes: int, offset: int = 0) -> range:
+    """DAgger's train seeds: `episodes` of its own block (lib/training/labelling.py), from `offset` into it."""
+    return block_seeds(episodes, offset, DAGGER_SEED_OFFSET)
 
 
 def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict]:
@@ -56,45 +52,3 @@ def dagger_rows(config, source_dir: Path | str, seeds) -> tuple[list[dict], dict
         "model_agrees_with_teacher": agree,
     }
     return rows, record
-
-
-def labelled_rows(config, loaded, seeds, labeller: str, source: str) -> tuple[list[dict], float | None]:
-    """Rows at every state of the model in `loaded` playing its own greedy episodes on `seeds` (train split), each
-    labelled with what the scripted policy `labeller` (the teacher, or the improver) would do there, `source` their
-    `label_source`; and the share of those states where the model's own action already was that label. A model that
-    chooses among the candidates leaves on each row its probability of the teacher's answer (`p_teacher`: GRPO's
-    `explore/p_reference` at the model's own states) and of the label (`p_label`)."""
-    from ..episodes import Improver, scripted_policy
-    from ..evaluation.closed_loop import run_model_episodes
-
-    _, actions = run_model_episodes(
-        config, loaded, seeds, "train", desc=f"{source}: the model's own episodes", distributions=True
-    )
-    played, policies = defaultdict(list), defaultdict(list)
-    for record in actions:  # each seed's actions, in the order it played them, and the policy it chose them from
-        played[record["seed"]].append(format_action(completion_action(record["completion"])))
-        policies[record["seed"]].append(record.get("p_answers"))
-    spec = config.spec
-    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    label_policy = teacher if labeller == spec.teacher else scripted_policy(spec, labeller)
-    rows = []
-    for seed in seeds:
-        observation = env.reset(seed, "train")
-        teacher.begin(seed)
-        if label_policy is not teacher:
-            label_policy.begin(seed)
-        for position, action in enumerate(played[seed]):
-            own = teacher.act(observation, env)
-            label = own if label_policy is teacher else label_policy.act(observation, env)
-            rows.append(sft_row(env, observation, seed, position, env.history, action, own, label, source))
-            if (policy := policies[seed][position]) is not None:
-                rows[-1].update(p_teacher=policy.get(own), p_label=policy.get(label))
-            if isinstance(label_policy, Improver):  # how far apart the candidates' returns are: 0, no signal here
-                returns = label_policy.last_returns.values()
-                rows[-1]["label_spread"] = max(returns) - min(returns)
-            result = env.step(action)
-            if env.done:
-                break
-            observation = result.observation
-    agree = sum(r["executed"] == r["completion"][-1]["content"] for r in rows)
-    return rows, (round(agree / len(rows), 4) if rows else None)

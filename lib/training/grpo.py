@@ -1,9 +1,6 @@
-"""Stage `grpo`: TRL's GRPOTrainer on top of the SFT model, with the environment's verdict as the reward, into
-grpo/adapter; and the no-SFT ablation's model (GRPO from the untrained model, into grpo_no_sft/) when
-`eval.ablations` lists `no_sft` (the evaluate stage only loads it).
-
-`python -m lib stage grpo --profile P --run-dir outputs/<id>` (or under `accelerate launch`); notebook 04_grpo calls
-the same function. What it samples from and the trainer subclass: lib/training/samplers.py.
+"""GRPO, one algorithm of the RL stage (`rl.algorithm: grpo`; the stage itself: lib/training/rl.py): TRL's
+GRPOTrainer on top of the SFT model, with the environment's verdict as the reward, into grpo/adapter. What it
+samples from and the trainer subclass: lib/training/samplers.py.
 """
 
 from __future__ import annotations
@@ -13,13 +10,12 @@ import time
 from pathlib import Path
 
 from ..checkpoints import verify_checkpoint
-from ..config import RunConfig
+from ..config import RunConfig, rl_stage_params
 from ..distributed import is_main, wait_for_everyone
 from ..io import read_records
 from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function, reward_key
 from ..runs import Run, seed_everything
-from .aggrevate import train_aggrevate
 from .alarms import CollapseAlarm, read_alarms
 from .anchor import with_anchor_adapter
 from .harness import (
@@ -35,27 +31,6 @@ from .harness import (
 )
 from .samplers import logged_reward, sampler, timed_trainer_class
 from .validation import ValidationCallback
-
-NO_SFT = "no_sft"  # the eval.ablations entry that asks the grpo stage for GRPO from the untrained model
-
-
-def run_grpo(config: RunConfig, run: Run, resume_from: str | None = None, extra_callbacks=()) -> dict:
-    """The grpo stage: GRPO on top of the SFT model (grpo/), then, when `eval.ablations` lists `no_sft`, GRPO with
-    the same settings from the untrained model (grpo_no_sft/), which the evaluate stage compares with it. Returns
-    the grpo record."""
-    record = train_grpo(config, run, resume_from, extra_callbacks)
-    if NO_SFT in config.eval.ablations:
-        train_grpo_no_sft(config, run)
-    return record
-
-
-def train_grpo_no_sft(config: RunConfig, run: Run) -> dict:
-    """GRPO from the untrained model (the one the evaluate stage reports as `untrained`), recorded as stage
-    grpo_no_sft: the no-SFT ablation's model."""
-    from ..evaluation.closed_loop import model_artifacts
-
-    untrained = model_artifacts(config, run)["untrained"]["model"]
-    return train_grpo(config, run, base_model=untrained, stage="grpo_no_sft")
 
 
 def _grpo_args(config: RunConfig, run: Run, stage: str, out: Path, mode_args: dict):
@@ -116,7 +91,7 @@ def _fail_non_finite(run: Run, stage: str, started: float, params: dict, out: Pa
 
 
 def _keep_adapter(trainer, validation: ValidationCallback | None, out: Path, keep: str) -> dict:
-    """Which step grpo/adapter holds: the last, or with `grpo.keep: best` the validation's best (copied over it)."""
+    """Which step grpo/adapter holds: the last, or with `rl.keep: best` the validation's best (copied over it)."""
     adapter_dir = out / "adapter"
     kept = {"kept_step": trainer.state.global_step}
     if validation is not None and validation.best is not None:
@@ -156,6 +131,44 @@ def _reward_metrics(log_history: list[dict]) -> dict:
     }
 
 
+def _trainer(config: RunConfig, run: Run, stage: str, out: Path, base_model: str, extra_callbacks) -> tuple:
+    """GRPO's trainer on `base_model` with its adapter, sampler, reward and callbacks (validation and the collapse
+    alarm on rank 0). Returns (trainer, tokenizer, its sampler, the finite-loss guard, the validation callback or
+    None, the backend)."""
+    g = config.grpo
+    with run.lap(stage, "model load"):
+        model, tokenizer, backend = load_model(base_model, config.model)
+        model, peft = with_lora(model, config.model, backend)
+    if g.anchor == "best":  # the adapter added here, so TRL keeps the frozen copy the anchor lives in
+        model, peft = with_anchor_adapter(model, peft)
+    with run.lap(stage, "trainer set-up"):
+        prompts = read_records(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"], missing_ok=False)
+        source = sampler(config, prompts, tokenizer, out)
+        args = _grpo_args(config, run, stage, out, source["trl"])
+        guard = FiniteLossGuard()
+        reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
+        timings: dict[str, float] = {}
+        trainer = timed_trainer_class(timings)(
+            model=model,
+            reward_funcs=logged_reward(reward, timings),
+            args=args,
+            train_dataset=source["dataset"],
+            processing_class=tokenizer,
+            peft_config=peft,
+            rollout_func=source["rollout"],
+            # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
+            callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard]
+            + [*progress_callbacks(), *extra_callbacks],
+        )
+    validation = None
+    if config.rl.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
+        validation = ValidationCallback(config, out, tokenizer)
+        trainer.add_callback(validation)
+    if is_main():  # after validation: a step's point is on disk when the alarm reads the curve
+        trainer.add_callback(CollapseAlarm(config, out))
+    return trainer, tokenizer, source, guard, validation, backend
+
+
 def train_grpo(
     config: RunConfig,
     run: Run,
@@ -172,63 +185,29 @@ def train_grpo(
         logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)
     corpus = run.read_stage("corpus")
-    sft = run.read_stage("sft")
     if resume_from is not None:
         verify_checkpoint(Path(resume_from))
     out = run.stage_dir(stage)
-    base_model = base_model or sft["outputs"]["model"]
-    if config.grpo.mode == "aggrevate":  # the improver's labels at the policy's own states (lib/training/aggrevate.py)
-        return train_aggrevate(config, run, base_model=base_model, stage=stage)
-    with run.lap(stage, "model load"):
-        model, tokenizer, backend = load_model(base_model, config.model)
-        model, peft = with_lora(model, config.model, backend)
+    base_model = base_model or run.read_stage("sft")["outputs"]["model"]
     g = config.grpo
-    if g.anchor == "best":  # the adapter added here, so TRL keeps the frozen copy the anchor lives in
-        model, peft = with_anchor_adapter(model, peft)
-    with run.lap(stage, "trainer set-up"):
-        source = sampler(
-            config, read_records(corpus["outputs"]["grpo_prompts.jsonl"], missing_ok=False), tokenizer, out
-        )
-        args = _grpo_args(config, run, stage, out, source["trl"])
-        guard = FiniteLossGuard()
-        policy = {"tokenizer": tokenizer}
-        reward = source["reward"] or make_reward_function(config, out / "samples.jsonl")
-        timings: dict[str, float] = {}
-        trainer = timed_trainer_class(timings)(
-            model=model,
-            reward_funcs=logged_reward(reward, timings),
-            args=args,
-            train_dataset=source["dataset"],
-            processing_class=tokenizer,
-            peft_config=peft,
-            rollout_func=source["rollout"],
-            # the checkpoint manifest first: a later on_save callback may stop the run (tests kill it there)
-            callbacks=[CheckpointManifestCallback(), JsonlLogger(out / "train_log.jsonl"), guard]
-            + [*progress_callbacks(), *extra_callbacks],
-        )
-        policy["model"] = trainer.model
-    validation = None
-    if g.validate_every and is_main():  # rank 0 plays the validation episodes and keeps the best adapter
-        validation = ValidationCallback(config, out, tokenizer, policy)
-        trainer.add_callback(validation)
-    if is_main():  # after validation: a step's point is on disk when the alarm reads the curve
-        trainer.add_callback(CollapseAlarm(g, out))
+    built = _trainer(config, run, stage, out, base_model, extra_callbacks)
+    trainer, tokenizer, source, guard, validation, backend = built
     run.log(
         f"{stage}_start", resume_from=resume_from, prompts=len(source["dataset"]), base_model=base_model, mode=g.mode
     )
     with run.lap(stage, "train"):
         _train(trainer, guard, resume_from)
     if guard.bad_step is not None:
-        _fail_non_finite(run, stage, started, g.model_dump(), out, guard.bad_step)
+        _fail_non_finite(run, stage, started, rl_stage_params(config), out, guard.bad_step)
     adapter_dir = out / "adapter"
     with run.lap(stage, "save"):
         save_atomically(trainer, tokenizer, adapter_dir, merge=False)
-    kept = _keep_adapter(trainer, validation, out, g.keep)
+    kept = _keep_adapter(trainer, validation, out, config.rl.keep)
     wait_for_everyone()  # the kept adapter is in place before any process hashes it
     return run.stage_done(
         stage,
         started=started,
-        params=g.model_dump(),
+        params=rl_stage_params(config),
         inputs={"grpo_prompts.jsonl": corpus["outputs"]["grpo_prompts.jsonl"], "base_model": base_model},
         outputs={"adapter": str(adapter_dir), "base_model": base_model},
         metrics={

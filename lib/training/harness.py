@@ -31,7 +31,17 @@ from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
 from ..models import cuda_available, resolved_precision
 from ..runs import TEXT_PROGRESS_ENV, Run
-from .anchor import saved_adapters
+
+TRAINED = "default"  # PEFT's name of the adapter being trained
+ANCHOR = "ref"  # TRL's name of the frozen copy the KL term of `grpo.anchor: best` reads (lib/training/anchor.py)
+
+
+def saved_adapters(model) -> dict:
+    """save_pretrained's arguments that save only the trained adapter (the anchor is not part of the policy)."""
+    config = getattr(model, "peft_config", None)
+    if isinstance(config, dict) and ANCHOR in config:
+        return {"selected_adapters": [TRAINED]}
+    return {}
 
 
 def precision_flags(config: RunConfig) -> dict:
@@ -265,6 +275,38 @@ class TorchChunkedLogProb:
             mean_logits = z.mean(-1) if "mean_logits" in outputs else None
             is_top1 = (z.argmax(-1) == targets) if "is_top1" in outputs else None
         return logprobs, entropy, log_sum_sq_probs, mean_logits, is_top1
+
+
+def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
+    """TRL's SFTConfig from the `sft` section, logged under `stage`: the sft stage's, and the RL stage's AggreVaTe
+    rounds (which fit their labels with the same settings)."""
+    # only after load_model: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig with its own
+    from trl import SFTConfig
+
+    s = config.sft
+    return SFTConfig(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=s.epochs,
+        per_device_train_batch_size=s.batch_size,
+        gradient_accumulation_steps=s.grad_accum,
+        learning_rate=s.learning_rate,
+        max_length=s.max_length,
+        max_steps=s.max_steps or -1,
+        logging_steps=s.logging_steps,
+        save_strategy="no",
+        gradient_checkpointing=s.gradient_checkpointing,
+        train_sampling_strategy="group_by_length" if s.group_by_length else "random",
+        **tracking_args(config, run, stage),
+        seed=config.seed,
+        data_seed=config.seed,
+        completion_only_loss=not s.prompt_loss,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        disable_tqdm=False,
+        full_determinism=False,
+        include_num_input_tokens_seen="non_padding",  # TrainerState.num_input_tokens_seen: the tokens trained on
+        **precision_flags(config),
+    )
 
 
 def ensure_logprob_kernel() -> str:

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from ..candidates import answers, distribution, score_answers
 from ..envs.base import completion_action, format_action
 from ..episodes import run_episode
-from .validation import validation_seeds
+from .labelling import validation_seeds
 
 
 class CollapseWarning(UserWarning):

@@ -24,10 +24,9 @@ from .harness import (
     NonFiniteLossError,
     check_answer_length,
     ensure_logprob_kernel,
-    precision_flags,
     progress_callbacks,
     save_atomically,
-    tracking_args,
+    sft_args,
 )
 from .imitation import announce, imitation_check
 
@@ -47,37 +46,6 @@ def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
         build_tiny(texts, config.model.tiny, out / "base_model", config.seed)
     wait_for_everyone()
     return str(out / "base_model")
-
-
-def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
-    """TRL's SFTConfig from the `sft` section, logged under `stage` (sft, or the RL stage's AggreVaTe round)."""
-    # only after load_model: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig with its own
-    from trl import SFTConfig
-
-    s = config.sft
-    return SFTConfig(
-        output_dir=str(out / "trainer"),
-        num_train_epochs=s.epochs,
-        per_device_train_batch_size=s.batch_size,
-        gradient_accumulation_steps=s.grad_accum,
-        learning_rate=s.learning_rate,
-        max_length=s.max_length,
-        max_steps=s.max_steps or -1,
-        logging_steps=s.logging_steps,
-        save_strategy="no",
-        gradient_checkpointing=s.gradient_checkpointing,
-        train_sampling_strategy="group_by_length" if s.group_by_length else "random",
-        **tracking_args(config, run, stage),
-        seed=config.seed,
-        data_seed=config.seed,
-        completion_only_loss=not s.prompt_loss,
-        lr_scheduler_type="cosine",
-        warmup_steps=0.05,
-        disable_tqdm=False,
-        full_determinism=False,
-        include_num_input_tokens_seen="non_padding",  # TrainerState.num_input_tokens_seen: the tokens trained on
-        **precision_flags(config),
-    )
 
 
 def trains_adapter(config) -> bool:

@@ -1,7 +1,9 @@
-"""The GRPO learning curve: every `grpo.validate_every` steps the policy being trained plays greedy closed-loop
-episodes on a fixed validation seed set, and the run keeps the best checkpoint (best-of-k validation).
+"""The RL stage's learning curve: GRPO's policy every `rl.validate_every` steps (and AggreVaTe's, the SFT policy's
+and each round's) plays greedy closed-loop episodes on a fixed validation seed set, and GRPO keeps the best
+checkpoint (best-of-k validation). `LearningCurve` is the curve's one writer; `ValidationCallback` drives it from
+GRPO's trainer, lib/training/aggrevate.py from its rounds.
 
-Validation seeds are `train`-split seeds from their own block (`VALIDATION_SEED_OFFSET` on), so they are disjoint
+Validation seeds are `train`-split seeds from their own block (lib/training/labelling.py), so they are disjoint
 from the holdout splits by construction and from every corpus seed. Each point (the step, mean return with its
 95% CI, invalid rate) is appended to `grpo/validation.jsonl`; the best adapter so far is saved atomically to
 `grpo/adapter_best/`. Used by the grpo stage (lib/training/grpo.py); notebook 04_grpo and the report chart it.
@@ -16,14 +18,11 @@ import torch
 from transformers import TrainerCallback
 
 from ..io import append_record, atomic_write_json, read_records
-from .anchor import load_anchor, refresh_anchor, saved_adapters
+from .anchor import load_anchor, refresh_anchor
+from .harness import saved_adapters
+from .labelling import validation_seeds
 
-VALIDATION_SEED_OFFSET = 500_000  # far above any corpus seed, inside the train split's seed block
 REFERENCES = "validation_references.json"  # the teacher's and the oracle's return on the validation seeds
-
-
-def validation_seeds(episodes: int) -> range:
-    return range(VALIDATION_SEED_OFFSET, VALIDATION_SEED_OFFSET + episodes)
 
 
 def read_curve(path: Path) -> list[dict]:
@@ -48,7 +47,7 @@ def validation_point(config, model, tokenizer, step: int, **extra) -> dict:
             episodes, actions = run_model_episodes(
                 config,
                 (model, tokenizer, {"policy": "grpo", "step": step}),
-                validation_seeds(config.grpo.validation_episodes),
+                validation_seeds(config.rl.validation_episodes),
                 "train",
                 desc=None,
             )
@@ -75,7 +74,7 @@ def write_references(config, out: Path) -> None:
     from ..evaluation.closed_loop import summarize
     from ..evaluation.scripted import run_policy_episodes
 
-    spec, seeds = config.spec, validation_seeds(config.grpo.validation_episodes)
+    spec, seeds = config.spec, validation_seeds(config.rl.validation_episodes)
     levels = {}
     for role in ("teacher", "oracle"):
         name = getattr(spec, role)
@@ -84,30 +83,64 @@ def write_references(config, out: Path) -> None:
     atomic_write_json(Path(out) / REFERENCES, {"split": "train", "n": len(seeds), **levels})
 
 
-class ValidationCallback(TrainerCallback):
-    """Plays the validation episodes at step 0 (the SFT policy), every `every` steps and at the last step."""
+class LearningCurve:
+    """The RL stage's learning curve, `grpo/validation.jsonl`: its one writer, whichever algorithm trains. A curve
+    already on disk (a resumed run, a continued fork) goes on from its points."""
 
-    def __init__(self, config, out_dir: Path, tokenizer, policy: dict):
-        self.config, self.out, self.tokenizer, self.policy = config, Path(out_dir), tokenizer, policy
-        self.anchor = config.grpo.anchor == "best"  # refresh the KL term's anchor at each new best (anchor.py)
-        self.every = config.grpo.validate_every
+    def __init__(self, config, out_dir: Path):
+        self.config, self.out = config, Path(out_dir)
         self.path = self.out / "validation.jsonl"
-        self.best: dict | None = None
-        self.done_steps: set[int] = set()
-        if self.path.exists():  # a resumed run continues its curve
-            points = read_curve(self.path)
-            self.best, self.done_steps = best_point(points), {p["step"] for p in points}
+        points = read_curve(self.path) if self.path.exists() else []
+        self.best: dict | None = best_point(points)
+        self.done_steps: set[int] = {p["step"] for p in points}
 
-    def _validate(self, step: int) -> None:
+    def references(self) -> None:
+        """The levels the curve is drawn against (`write_references`)."""
+        write_references(self.config, self.out)
+
+    def add(self, model, tokenizer, step: int, **extra) -> dict | None:
+        """The policy's point at `step` (`validation_point`, with `extra`), appended and returned; None where the
+        curve already has that step."""
         if step in self.done_steps:
-            return
-        model = self.policy["model"]
-        point = validation_point(self.config, model, self.tokenizer, step)
+            return None
+        point = validation_point(self.config, model, tokenizer, step, **extra)
         append_record(self.path, point)
         self.done_steps.add(step)
         if self.best is None or point["mean_return"] > self.best["mean_return"]:
             self.best = point
-            save_adapter_best(model, self.tokenizer, self.out)
+        return point
+
+    def summary(self) -> dict:
+        """The best point and how far the last fell short of it: the stable bar's reading."""
+        points = read_curve(self.path)
+        best = best_point(points)
+        return {
+            "validation_best_step": best["step"],
+            "validation_best": best["mean_return"],
+            "validation_last_minus_best": round(points[-1]["mean_return"] - best["mean_return"], 4),
+        }
+
+
+class ValidationCallback(TrainerCallback):
+    """GRPO's curve: plays the validation episodes at step 0 (the SFT policy), every `every` steps and at the last
+    step, with the model the trainer is training (the callback's `model`); saves each new best's adapter."""
+
+    def __init__(self, config, out_dir: Path, tokenizer):
+        self.curve, self.tokenizer = LearningCurve(config, out_dir), tokenizer
+        self.anchor = config.grpo.anchor == "best"  # refresh the KL term's anchor at each new best (anchor.py)
+        self.every = config.rl.validate_every
+
+    @property
+    def best(self) -> dict | None:
+        return self.curve.best
+
+    def _validate(self, model, step: int) -> None:
+        best = self.curve.best
+        point = self.curve.add(model, self.tokenizer, step)
+        if point is None:
+            return
+        if self.curve.best is not best:  # a new best
+            save_adapter_best(model, self.tokenizer, self.curve.out)
             if self.anchor:
                 refresh_anchor(model)
         print(
@@ -115,15 +148,15 @@ class ValidationCallback(TrainerCallback):
             f"step {self.best['step']})"
         )
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        write_references(self.config, self.out)
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.curve.references()
         if self.anchor and self.best is not None:  # resumed: hold to the point the run held to before it stopped
-            load_anchor(self.policy["model"], self.out / "adapter_best")
-        self._validate(state.global_step)
+            load_anchor(model, self.curve.out / "adapter_best")
+        self._validate(model, state.global_step)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
-            self._validate(state.global_step)
+            self._validate(model, state.global_step)
 
-    def on_train_end(self, args, state, control, **kwargs):
-        self._validate(state.global_step)
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self._validate(model, state.global_step)

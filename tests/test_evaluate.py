@@ -528,7 +528,7 @@ def test_a_damaged_manifest_fails_the_gate_and_is_a_clear_error_naming_the_file(
     assert str(path) in manifest_check["detail"] or damage == "stage dropped"
     if damage == "config edited":
         assert "grpo/stage.json ran with other settings" in manifest_check["detail"]
-        assert "['max_steps']" in manifest_check["detail"]
+        assert "['grpo.max_steps']" in manifest_check["detail"]
     if damage not in ("stage dropped", "config edited"):
         with pytest.raises(DamagedRunError, match=str(path)):
             read_config(copy)

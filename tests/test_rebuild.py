@@ -128,5 +128,11 @@ def test_slim_makes_a_committable_run_that_gates_and_refuses_what_it_could_not_r
     assert (copy / "notes.md").read_text() == "made in ~/x and outputs/run\n"
     verdict = run_gate(copy, write=False)
     assert not _failed(verdict), verdict
+    # slimmed again after the gate rebuilt the merged folders: the record keeps what the first slim did
+    assert (copy / "export" / "merged").is_dir()
+    slim_run(copy)
+    twice = json.loads((copy / "slim.json").read_text())
+    assert twice["paths_replaced_in"] == record["paths_replaced_in"] and "notes.md" in twice["paths_replaced_in"]
+    assert set(twice["removed"]) == set(record["removed"]) and not (copy / "export" / "merged").exists()
     again = subprocess.run([sys.executable, "-m", "lib", "slim", str(tmp_path / "nowhere")], capture_output=True)
     assert again.returncode == 2 and b"not a run folder" in again.stderr

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from ..io import atomic_write_bytes, atomic_write_json, stored_path, weights_sha256
-from ..runs import now, read_stage_record
+from ..runs import now, read_json_record, read_stage_record
 
 GZIP_OVER = 1 << 20
 GZIP_SUFFIXES = (".jsonl", ".json")
@@ -101,5 +101,15 @@ def slim_run(run_dir: Path | str) -> dict:
         "paths_replaced_in": [p.relative_to(run_dir).as_posix() for p in scrubbed],
         "rebuilt_by": f"python -m lib gate {run_dir.name}: the gate rebuilds and checks each removed merged folder",
     }
-    atomic_write_json(run_dir / "slim.json", record)
+    atomic_write_json(run_dir / "slim.json", _with_earlier(run_dir / "slim.json", record))
     return record
+
+
+def _with_earlier(path: Path, record: dict) -> dict:
+    """`record` with what earlier slims of the run did (a run slimmed again, after its report was remade, still
+    says which files were gzipped or scrubbed the first time)."""
+    earlier = read_json_record(path, "the run's slim record") if path.is_file() else {}
+    merged = dict(record)
+    for key in ("removed", "gzipped", "paths_replaced_in"):
+        merged[key] = list(dict.fromkeys([*earlier.get(key, []), *record[key]]))
+    return merged

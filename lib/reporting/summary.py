@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import rl_label
 from ..io import read_records
 from ..runs import quickcheck_path, read_json_record
 from .figures import rl_mode, run_label
@@ -27,7 +28,23 @@ def _eval(run_dir: Path) -> dict:
     return read_json_record(Path(run_dir) / "evaluate" / "eval.json", "the run's evaluation")
 
 
-def _policy_rows(report: dict, splits: tuple[str, ...]) -> list[list[str]]:
+def _shown(name: str, rl: str) -> str:
+    """A policy's name in a table: the RL stage's model as what ran ("RL (AggreVaTe)", its data key `grpo`), SFT's
+    as "SFT", every other policy by its own name."""
+    return {"grpo": f"{rl} `grpo`", "sft": "SFT `sft`"}.get(name, f"`{name}`")
+
+
+def _paired_name(key: str, rl: str) -> str:
+    """eval.json's paired key ("grpo-sft") as the table names it ("RL (AggreVaTe) - SFT")."""
+    names = {"grpo": rl, "sft": "SFT", "teacher": "teacher", "oracle": "oracle", "untrained": "untrained"}
+    return " - ".join(names.get(part, part) for part in key.split("-", 1))
+
+
+def _config(run_dir: Path) -> dict:
+    return read_json_record(run_dir / "manifest.json", "the run's manifest")["config"]
+
+
+def _policy_rows(report: dict, splits: tuple[str, ...], rl: str) -> list[list[str]]:
     """[policy, kind, mean return [95% CI] per split] for every policy of the first split: models first, then the
     rest by their return there."""
     first = report["splits"][splits[0]]["policies"]
@@ -37,7 +54,7 @@ def _policy_rows(report: dict, splits: tuple[str, ...]) -> list[list[str]]:
     for name in order:
         found = [report["splits"].get(split, {}).get("policies", {}).get(name) for split in splits]
         kind = first[name]["kind"] + (f" ({first[name]['n']} episodes)" if first[name]["n"] != episodes else "")
-        rows.append([name, kind, *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)])
+        rows.append([_shown(name, rl), kind, *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)])
     return rows
 
 
@@ -54,20 +71,23 @@ def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "hold
     run_dir = Path(run_dir)
     report = _eval(run_dir)
     gate = read_json_record(run_dir / "gate.json", "the run's gate verdict")
+    config = _config(run_dir)
+    rl = rl_label(config)
     n = next(iter(report["splits"][splits[0]]["policies"].values()))["n"]
     lines = [
-        f"`{run_dir.name}`: {report['env']}, profile `{report['profile']}`, {n} episodes per split, greedy.",
+        f"`{run_dir.name}`: {report['env']}, profile `{report['profile']}`, learner `{config['model']['name']}`, "
+        f"SFT then {rl}, {n} episodes per split, greedy.",
         "",
         "| policy | kind | " + " | ".join(splits) + " |",
         "|" + " --- |" * (2 + len(splits)),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in _policy_rows(report, splits)]
+    lines += ["| " + " | ".join(row) + " |" for row in _policy_rows(report, splits, rl)]
     paired = report["splits"][splits[0]]["paired"]
     gaps = _gaps(report["splits"][splits[0]])
     lines += [
         "",
         f"Teacher: `{report['roles']['teacher']}`. Paired by seed on {splits[0]}: "
-        + "; ".join(f"{k} {_signed(v)}" for k, v in paired.items())
+        + "; ".join(f"{_paired_name(k, rl)} {_signed(v)}" for k, v in paired.items())
         + (f"; {gaps}" if gaps else "")
         + ". Gate: integrity checks "
         f"{'passed' if gate['integrity_passed'] else 'FAILED'}, improved {report['improved']}, "
@@ -80,9 +100,9 @@ def environment_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("ho
     """Several runs, one per environment: one row per (environment, policy), mean return [95% CI] per split,
     models first, then baselines and trivial policies by their holdout return."""
     lines = ["| environment | policy | kind | " + " | ".join(splits) + " |", "|" + " --- |" * (3 + len(splits))]
-    for run_dir in run_dirs:
-        report = _eval(Path(run_dir))
-        lines += [f"| {report['env']} | " + " | ".join(row) + " |" for row in _policy_rows(report, splits)]
+    for run_dir in map(Path, run_dirs):
+        report, rl = _eval(run_dir), rl_label(_config(run_dir))
+        lines += [f"| {report['env']} | " + " | ".join(row) + " |" for row in _policy_rows(report, splits, rl)]
     return "\n".join(lines)
 
 
@@ -167,7 +187,7 @@ def seed_table(run_dirs: list[Path | str], splits: tuple[str, ...] = ("holdout",
     lines = ["| " + " | ".join(SEED_COLUMNS) + " |", "|" + " --- |" * len(SEED_COLUMNS)]
     for run_dir in map(Path, run_dirs):
         report = _eval(run_dir)
-        config = read_json_record(run_dir / "manifest.json", "the run's manifest")["config"]
+        config = _config(run_dir)
         mode, bars = _stage_name(run_dir), _run_bars(run_dir)
         lines += [
             "| " + " | ".join(_seed_row(report, entry, config["seed"], mode, label, bars)) + " |"

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import migrate_config, rl_label, rl_stage_params
-from .io import atomic_write_json, read_records, sha256_file, stored_bytes, stored_path, weights_sha256
+from .io import atomic_write_json, read_records, stored_bytes, stored_path, weights_sha256
 from .runs import DamagedRunError, manifest_config, read_json_record, read_stage_record
 
 ACCEPTED_BACKENDS = ("trl_transformers", "trl_unsloth")

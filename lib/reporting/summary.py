@@ -54,7 +54,9 @@ def _policy_rows(report: dict, splits: tuple[str, ...], rl: str) -> list[list[st
     for name in order:
         found = [report["splits"].get(split, {}).get("policies", {}).get(name) for split in splits]
         kind = first[name]["kind"] + (f" ({first[name]['n']} episodes)" if first[name]["n"] != episodes else "")
-        rows.append([_shown(name, rl), kind, *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)])
+        rows.append(
+            [_shown(name, rl), kind, *(f"{r['mean_return']:.3f} {_ci(r['ci95'])}" if r else "n/a" for r in found)]
+        )
     return rows
 
 

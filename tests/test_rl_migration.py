@@ -144,3 +144,24 @@ def test_the_report_the_gate_and_the_tables_name_the_algorithm_that_ran(tmp_path
     grpo = shutil.copytree(GRPO_RUN, tmp_path / GRPO_RUN.name)
     detail = {c["name"]: c["detail"] for c in run_gate(grpo, write=False)["checks"]}["improved"]
     assert "RL (GRPO) - SFT" in detail, detail
+
+
+def test_the_committed_aggrevate_claim_run_replays_its_evaluated_episodes(tmp_path):
+    """The claim run (an AggreVaTe run, committed slimmed: its episodes gzipped, no merged weights) records its replay
+    from the gzipped episodes file, and every replayed episode returns what the evaluation scored."""
+    from lib.serve import replay
+
+    run_dir = tmp_path / "claim"
+    shutil.copytree(REPO / "outputs" / "smollm2-polyguard-s0", run_dir)
+    assert not (run_dir / "evaluate" / "episodes.jsonl").exists() and not (run_dir / "sft" / "model").exists()
+    summary = replay.record(run_dir)
+    assert summary["source"] == "evaluate/episodes.jsonl"
+    config = read_config(run_dir)
+    assert config.rl.algorithm == "aggrevate"
+    played = replay.load(run_dir, config.spec)
+    evaluated = json.loads((run_dir / "evaluate" / "eval.json").read_text())["splits"]
+    for split in ("holdout", "holdout_novel"):
+        n, mean = evaluated[split]["policies"]["grpo"]["n"], evaluated[split]["policies"]["grpo"]["mean_return"]
+        returns = [played.play(split, seed) for seed in range(n)]
+        assert sum(r["misses"] for r in returns) == 0
+        assert abs(sum(r["episode_return"] for r in returns) / n - mean) < 1e-9

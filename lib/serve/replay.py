@@ -1,11 +1,11 @@
 """`python -m lib replay record --run-dir R`: the trained policy's evaluated actions, written to R/replay.jsonl, so
 the server can show that policy (as `grpo`) without loading a model.
 
-Each line is one action: env, split, seed, step, the answer text, and the artifact (path and sha256) that chose it.
-They come from the evaluate stage's `evaluate/episodes.jsonl` (the very actions the evaluation scored); a run
-without that file (the committed reference runs leave it out for size) has its GRPO model play the evaluation's
-seeds again, which needs the run's weights. Either way every recorded episode is replayed through a fresh
-environment before the file is written, and a return that differs from the recorded one is an error.
+Each line is one action: env, split, seed, step, the answer text, and the artifact (path and sha256) that chose it. They
+come from the evaluate stage's `evaluate/episodes.jsonl` (the very actions the evaluation scored; a committed run keeps
+it gzipped beside its name); a run without that file (the committed reference runs leave it out for size) has its GRPO
+model play the evaluation's seeds again, which needs the run's weights. Either way every recorded episode is replayed
+through a fresh environment before the file is written, and a return that differs from the recorded one is an error.
 
 `ReplayPolicy` plays a recorded episode back; a seed the replay does not hold falls back to the teacher and
 every such step says `replay_miss`. A `Replay` plays in the environment it is given (an `EnvSpec`: the run's
@@ -20,7 +20,7 @@ from pathlib import Path
 from ..envs import EnvSpec
 from ..envs.base import Policy
 from ..episodes import run_episode
-from ..io import atomic_write_text
+from ..io import atomic_write_text, stored_bytes, stored_path
 from ..runs import read_config, read_stage_record
 
 REPLAY_FILE = "replay.jsonl"
@@ -33,7 +33,7 @@ class ReplayError(RuntimeError):
 
 def _from_episodes_file(path: Path) -> tuple[list[dict], dict]:
     records, returns = [], {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(stored_bytes(path).decode("utf-8").splitlines(), 1):
         try:
             episode = json.loads(line)
         except json.JSONDecodeError as error:
@@ -83,7 +83,7 @@ def record(run_dir: Path | str) -> dict:
     config = read_config(run_dir)
     read_stage_record(run_dir, "grpo")  # a clear error when the run has no finished GRPO stage
     episodes_file = run_dir / "evaluate" / "episodes.jsonl"
-    if episodes_file.exists():
+    if stored_path(episodes_file) is not None:  # or gzipped beside its name, as a committed run keeps it
         records, returns, source = *_from_episodes_file(episodes_file), "evaluate/episodes.jsonl"
     else:
         records, returns = _from_model(run_dir, config)
@@ -111,7 +111,7 @@ def load(run_dir: Path | str, spec: EnvSpec) -> Replay:
     if not path.exists():
         raise ReplayError(f"{path} does not exist: python -m lib replay record --run-dir {run_dir}")
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(stored_bytes(path).decode("utf-8").splitlines(), 1):
         try:
             item = json.loads(line)
             if not isinstance(item, dict) or not {"env", "split", "seed", "step", "action", "artifact"} <= set(item):

@@ -307,6 +307,12 @@ class EvalConfig(Strict):
         description="episodes per split the improver reference plays (its lookahead scores every candidate "
         "at every step, slow on long episodes); None: all of them",
     )
+    untrained_episodes: int | None = Field(
+        None,
+        ge=1,
+        description="episodes per split the untrained model plays: a reference row (how far training moved the "
+        "model), in no paired difference or verdict, so a few episodes tell it; None: all of them",
+    )
     bootstrap_resamples: int = Field(2000, ge=100)
     batch_size: int = Field(
         256,

@@ -178,6 +178,7 @@ class Run:
         self.dir = Path(run_dir)
         self.config = config
         self.laps: dict[str, dict[str, float]] = {}  # stage -> {part: seconds}, recorded by `stage_done`
+        self.rss_scope: dict[str, str] = {}  # stage -> the scope of its peak_rss_mb (`begin`)
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
         if not manifest and not is_main():
@@ -250,6 +251,12 @@ class Run:
             parts = self.laps.setdefault(stage, {})
             parts[part] = round(parts.get(part, 0.0) + time.perf_counter() - began, 2)
 
+    def begin(self, stage: str) -> float:
+        """A stage starts: its clock (`stage_done`'s `started`) and its memory peak, reset where the OS allows
+        (`peak_rss`)."""
+        self.rss_scope[stage] = reset_peak_rss()
+        return time.time()
+
     def read_stage(self, stage: str) -> dict:
         """The stage's record, its run-relative paths resolved against this run folder."""
         path = self.dir / stage / "stage.json"
@@ -280,6 +287,10 @@ class Run:
             "metrics": metrics,
             "duration_s": round(time.time() - started, 2),
             "laps_s": self.laps.pop(stage, {}),
+            # the stage process's peak resident memory in MiB: since `begin` where the OS could reset it ("stage"),
+            # else over the process's life so far ("process": a stage run after others in one process)
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_scope": self.rss_scope.pop(stage, "process"),
             "finished": now(),
         }
         if not is_main():
@@ -298,6 +309,31 @@ class Run:
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
         return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
+
+
+def reset_peak_rss() -> str:
+    """Reset this process's peak resident memory (Linux: write 5 to /proc/self/clear_refs, which resets VmHWM).
+    Returns the scope the next `peak_rss_mb` covers: "stage" after a reset, "process" where none was possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return "stage"
+    except OSError:
+        return "process"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB: VmHWM (Linux), else getrusage's lifetime maximum."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (1024 * 1024 if platform.system() == "Darwin" else 1024), 1)
 
 
 class RetiredSettingError(RuntimeError):

@@ -28,6 +28,7 @@ MICRO = {
     "eval.train_episodes": 4,
     "eval.ablation_episodes": 4,
     "eval.ablations": ["sampled", "free_text", "veto", "no_sft"],
+    "eval.untrained_episodes": 3,  # a reference row: fewer episodes than the policies it is no verdict on
 }
 BASELINES = ["random", "heuristic", "oracle", "always_finish"]
 
@@ -96,6 +97,9 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
         assert split["policies"]["improver"]["kind"] == "reference"
         assert all(split["policies"][m]["invalid_rate"] == 0 for m in ("untrained", "sft", "grpo"))  # candidates
         assert set(split["paired"]) == {"grpo-sft", "grpo-teacher", "sft-teacher"}
+        assert (
+            split["policies"]["untrained"]["n"] == 3 < split["policies"]["grpo"]["n"] == split["policies"]["sft"]["n"]
+        )
         for summary in split["policies"].values():
             lo, hi = summary["ci95"]
             assert lo <= summary["mean_return"] <= hi

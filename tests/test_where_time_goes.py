@@ -28,3 +28,27 @@ def test_samples_go_to_the_first_matching_bucket(tmp_path):
         "other Python": 1.0,
     }
     assert table(seconds).splitlines()[2] == "| backward | 3.0 | 39% |"
+
+
+def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
+    """`Run.begin` resets the process's memory peak, so a stage run after a larger one in the same process records
+    its own peak, not the larger one's; a stage that never called begin says its peak is the process's."""
+    import numpy as np
+
+    from lib.config import load_config
+    from lib.runs import Run, peak_rss_mb
+
+    run = Run(tmp_path / "run", load_config("cpu-smoke"))
+    started = run.begin("corpus")
+    big = np.ones(400 * 1024 * 1024 // 8)  # 400 MiB, touched
+    large = run.stage_done("corpus", started=started, params={}, inputs={}, outputs={}, metrics={})
+    del big
+    started = run.begin("sft")
+    small = run.stage_done("sft", started=started, params={}, inputs={}, outputs={}, metrics={})
+    unscoped = run.stage_done("export", started=started, params={}, inputs={}, outputs={}, metrics={})
+    assert large["peak_rss_scope"] == small["peak_rss_scope"] == "stage"  # Linux, as CI
+    assert large["peak_rss_mb"] >= small["peak_rss_mb"] + 350
+    assert 0 < small["peak_rss_mb"] <= peak_rss_mb()
+    assert unscoped["peak_rss_scope"] == "process"
+    on_disk = json.loads((tmp_path / "run" / "corpus" / "stage.json").read_text())
+    assert on_disk["peak_rss_mb"] == large["peak_rss_mb"]

@@ -89,7 +89,7 @@ def run_baselines_stage(config, run) -> dict:
     Writes baselines/baselines.json ({split: report}); notebook 02_baselines shows it."""
     from ..io import atomic_write_json
 
-    started = time.time()
+    started = run.begin("baselines")
     reports = {
         split: run_baselines(config.spec, split, config.eval.episodes, 0, env=config.env)
         for split in ("holdout", "holdout_novel")

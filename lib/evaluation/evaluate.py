@@ -11,7 +11,6 @@ than the artifact under evaluation (a planted fallback), fails the stage.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ..config import rl_label
@@ -62,8 +61,9 @@ def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split:
         records.extend(episode_records(name, episodes, actions))
 
     for name, entry in loaded.items():
+        played = seeds[: config.eval.untrained_episodes or len(seeds)] if name == "untrained" else seeds
         with run.lap("evaluate", f"{split}: {name}"):
-            add(name, "model", *run_model_episodes(config, entry, seeds, split, desc=f"evaluate/{split}/{name}"))
+            add(name, "model", *run_model_episodes(config, entry, played, split, desc=f"evaluate/{split}/{name}"))
     improver_seeds = seeds[: config.eval.improver_episodes or len(seeds)]
     jobs = [(name, list(seeds)) for name in baseline_names] + [(role["improver"], list(improver_seeds))]
     with run.lap("evaluate", f"{split}: scripted policies"):
@@ -80,7 +80,7 @@ def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split:
 
 def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     """The evaluate stage. `policies` narrows the baseline list (tests); models are always evaluated."""
-    started = time.time()
+    started = run.begin("evaluate")
     seed_everything(config.seed, config.deterministic)
     out = run.stage_dir("evaluate")
     resamples = config.eval.bootstrap_resamples

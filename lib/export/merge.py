@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ..episodes import teacher_states
@@ -90,7 +89,7 @@ def push_to_hub(folder: Path, export_config) -> str:
 def run_export(config, run) -> dict:
     from peft import PeftModel
 
-    started = time.time()
+    started = run.begin("export")
     grpo = run.read_stage("grpo")
     out = run.stage_dir("export")
     target = out / "merged"

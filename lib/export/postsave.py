@@ -70,7 +70,7 @@ def postsave_worker(run_dir: Path, model_dir: Path, episodes: int, out: Path) ->
 
 
 def run_postsave(config, run) -> dict:
-    started = time.time()
+    started = run.begin("postsave")
     export = run.read_stage("export")
     manifest = json.loads(Path(export["outputs"]["export_manifest.json"]).read_text())
     model_dir = Path(export["outputs"]["merged"])

@@ -28,7 +28,6 @@ last`): a further round trains it on.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from datasets import Dataset
@@ -53,7 +52,7 @@ def round_seeds(config, round_: int) -> range:
 def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -> dict:
     """`aggrevate.rounds` AggreVaTe rounds on top of `base_model` (the SFT model), recorded as `stage` with its
     adapter in `stage`/adapter, as train_grpo records GRPO."""
-    started = time.time()
+    started = run.begin(stage)
     seed_everything(config.seed, config.deterministic)
     rounds_asked, out = config.aggrevate.rounds, run.stage_dir(stage)
     rounds, rows, losses = done_rounds(config, run, stage, base_model)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -244,7 +243,7 @@ def check_hashes(hashes: dict[str, str], expected: dict[str, str] | None) -> lis
 
 
 def run_corpus(config: RunConfig, run: Run) -> dict:
-    started = time.time()
+    started = run.begin("corpus")
     spec = config.spec
     env = spec.make_env()
     out = run.stage_dir("corpus")

@@ -6,7 +6,6 @@ samples from and the trainer subclass: lib/training/samplers.py.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 from ..checkpoints import verify_checkpoint
@@ -180,7 +179,7 @@ def train_grpo(
 ) -> dict:
     """GRPO on top of the SFT model (or `base_model`, for the no-SFT ablation), recorded as `stage`."""
 
-    started = time.time()
+    started = run.begin(stage)
     with run.lap(stage, "kernel check"):
         logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)

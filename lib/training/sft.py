@@ -6,7 +6,6 @@ the same function.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from datasets import Dataset
@@ -54,7 +53,7 @@ def trains_adapter(config) -> bool:
 
 
 def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
-    started = time.time()
+    started = run.begin("sft")
     with run.lap("sft", "kernel check"):
         logprob_kernel = ensure_logprob_kernel()
     seed_everything(config.seed, config.deterministic)

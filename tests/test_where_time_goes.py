@@ -52,3 +52,8 @@ def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
     assert unscoped["peak_rss_scope"] == "process"
     on_disk = json.loads((tmp_path / "run" / "corpus" / "stage.json").read_text())
     assert on_disk["peak_rss_mb"] == large["peak_rss_mb"]
+    from lib.reporting.logs import RUN_ROW, run_rows
+
+    rows = {row["stage"]: row for row in run_rows(tmp_path / "run")}  # `python -m lib logs` shows them
+    assert rows["corpus"]["peak_rss_mb"] == large["peak_rss_mb"] and rows["sft"]["peak_rss_mb"] == small["peak_rss_mb"]
+    assert rows[RUN_ROW]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in (large, small, unscoped))

@@ -1,7 +1,8 @@
 """`python -m lib logs RUN [RUN ...] --out table.csv`: one row per (run, stage) and one per run, from the runs' own
 files, as a Markdown table (printed) and a CSV.
 
-Every value is read, not recomputed, where a file records it: steps, wall time (`duration_s`), SFT's final loss
+Every value is read, not recomputed, where a file records it: steps, wall time (`duration_s`), peak resident
+memory (`peak_rss_mb`; the run row: the largest stage's), SFT's final loss
 (`loss_last`), GRPO's mean reward and zero-std share from stage.json, the holdout means from eval.json. Two are
 derived from a log: GRPO's final loss (the last per-step `loss` in grpo/train_log.jsonl) and the 95% CI of its
 mean reward (bootstrap over the per-step mean rewards of that log). The run row has the run's total wall time
@@ -23,6 +24,7 @@ COLUMNS = (
     "status",
     "steps",
     "wall_s",
+    "peak_rss_mb",
     "final_loss",
     "reward_mean",
     "reward_ci95_lo",
@@ -99,6 +101,7 @@ def run_rows(run_dir: Path | str) -> list[dict]:
         record = read_stage_record(run_dir, stage)
         metrics = record.get("metrics") or {}
         row = {**base, "stage": stage, "status": record.get("status"), "wall_s": record.get("duration_s")}
+        row["peak_rss_mb"] = record.get("peak_rss_mb")  # runs made before it was recorded have none
         if record.get("status") == "ok":
             if stage == "sft":
                 row.update(steps=metrics.get("steps"), final_loss=metrics.get("loss_last"))
@@ -122,6 +125,7 @@ def run_rows(run_dir: Path | str) -> list[dict]:
             "stage": RUN_ROW,
             "status": "ok" if statuses == {"ok"} else "not ok: " + ", ".join(sorted(map(str, statuses - {"ok"}))),
             "wall_s": round(sum(r["wall_s"] or 0 for r in rows), 2),
+            "peak_rss_mb": max((r["peak_rss_mb"] for r in rows if r["peak_rss_mb"] is not None), default=None),
             **{k: grpo.get(k) for k in keep},
             **(evaluated or {}),
         }

@@ -57,3 +57,60 @@ def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
     rows = {row["stage"]: row for row in run_rows(tmp_path / "run")}  # `python -m lib logs` shows them
     assert rows["corpus"]["peak_rss_mb"] == large["peak_rss_mb"] and rows["sft"]["peak_rss_mb"] == small["peak_rss_mb"]
     assert rows[RUN_ROW]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in (large, small, unscoped))
+
+
+_FRAGMENTED = """
+import sys
+from lib.runs import return_freed_memory
+if sys.argv[1] == "returned":
+    assert return_freed_memory()
+import torch
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+
+start = rss()
+big = torch.ones(16 * 2**20, dtype=torch.uint8)
+del big  # a freed 16 MiB block: glibc now serves blocks up to that size from its heap
+blocks, pins = [], []
+for _ in range(100):  # 400 MiB of 4 MiB blocks, each followed by a small block that outlives it
+    blocks.append(torch.ones(4 * 2**20, dtype=torch.uint8))
+    pins.append(torch.ones(64, dtype=torch.uint8))
+held = rss()
+del blocks
+print(start, held, rss())
+"""
+
+
+def test_a_stage_gives_freed_blocks_back_to_the_os(tmp_path):
+    """Run.begin's allocator setting: 400 MiB freed between small live blocks goes back to the OS; glibc's default
+    keeps it (the scenario is real, so the check can fail)."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("the setting is glibc's")
+    script = tmp_path / "fragmented.py"
+    script.write_text(_FRAGMENTED)
+    root = str(Path(__file__).resolve().parents[1])
+    rss = {}
+    for mode in ("default", "returned"):
+        out = subprocess.run(
+            [sys.executable, str(script), mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+        rss[mode] = [int(x) for x in out.stdout.split()]
+    start, held, after = rss["default"]
+    assert held - start >= 350 and after - start >= 300, rss  # glibc's default keeps what was freed
+    start, held, after = rss["returned"]
+    assert held - start >= 350 and after - start <= 60, rss

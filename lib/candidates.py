@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import functools
 import math
+from collections import Counter
 
 import torch
 from transformers import DynamicCache
@@ -79,6 +80,9 @@ def score_answers(
     message_batches: list[list[dict]],
     answer_batches: list[list[str]],
     max_tokens: int | None = None,
+    *,
+    cache=None,
+    keys: list | None = None,
 ) -> list[list[float]]:
     """log p(answer, then end of turn | prompt) of every answer of every prompt.
 
@@ -94,24 +98,93 @@ def score_answers(
 
     The tokens that every prompt of the call begins with are read once, in a pass of their own, and their key/value
     cache is lent to every pass (`_common_prefix`; not inside `whole_prompts()`): the same scores up to float
-    rounding, without reading an environment's instructions once per state."""
+    rounding, without reading an environment's instructions once per state.
+
+    With `cache` (an `EpisodeCache`, lib/episode_cache.py) and `keys` (one per state: the episode it belongs to),
+    each state reuses its episode's cache of the previous state's prompt for the leading tokens the two share, so
+    only the tokens after them are computed, and leaves its own cache for the next state."""
     device = next(model.parameters()).device
     max_tokens = max_tokens or pass_tokens(device)
     pad = _pad_id(tokenizer)
     rows = _rows(tokenizer, message_batches, answer_batches)
     prefix = _common_prefix(model, rows, device) if _SHARE_PREFIX.get() else None
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    lent = _lent(model, rows, prefix, cache, keys)
+    new = [len(row[0]) - start for row, (start, _) in zip(rows, lent)]
+    _tally(rows, new, prefix)
+    order = sorted(range(len(rows)), key=lambda i: new[i])
     scores: list[list[float]] = [[] for _ in rows]
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * len(rows[order[end]][0]) <= max_tokens:
+    begin = 0
+    while begin < len(order):
+        end = begin + 1
+        while end < len(order) and (end + 1 - begin) * new[order[end]] <= max_tokens:
             end += 1
-        batch = order[start:end]
-        for index, values in zip(batch, _score_rows(model, [rows[i] for i in batch], pad, device, prefix)):
+        batch = order[begin:end]
+        kept = None if cache is None else [keys[i] for i in batch]
+        for index, values in zip(
+            batch, _score_rows(model, [rows[i] for i in batch], pad, device, [lent[i] for i in batch], cache, kept)
+        ):
             scores[index] = values.tolist()
-        start = end
+        begin = end
     return scores
+
+
+def score_episodes(model, tokenizer, episodes: list[list[tuple]], cache_mb: int) -> list[list[list[float]]]:
+    """`score_answers` of every state of every episode ((messages, answers) per state), the episodes' states in
+    lockstep (every episode's first state in one call, then every second state, ...), each episode keeping its key
+    /value cache from one state to the next within `cache_mb` MB (lib/episode_cache.py)."""
+    from .episode_cache import EpisodeCache
+
+    cache = EpisodeCache(cache_mb)
+    scores: list[list[list[float]]] = [[] for _ in episodes]
+    for step in range(max(map(len, episodes), default=0)):
+        live = [i for i, states in enumerate(episodes) if step < len(states)]
+        states = [episodes[i][step] for i in live]
+        values = score_answers(model, tokenizer, [m for m, _ in states], [a for _, a in states], cache=cache, keys=live)
+        for i, value in zip(live, values):
+            scores[i].append(value)
+    return scores
+
+
+_TALLY: contextvars.ContextVar[Counter | None] = contextvars.ContextVar("tally", default=None)
+
+
+@contextlib.contextmanager
+def tally_tokens():
+    """Inside it, `score_answers` counts what it reads: states, their prompt tokens (each with the tokens all its
+    answers share), the prompt tokens it computed, and the answer tokens. Yields the Counter (the tokens benchmark)."""
+    counts: Counter = Counter()
+    token = _TALLY.set(counts)
+    try:
+        yield counts
+    finally:
+        _TALLY.reset(token)
+
+
+def _tally(rows, new: list[int], prefix) -> None:
+    counts = _TALLY.get()
+    if counts is None:
+        return
+    counts["states"] += len(rows)
+    counts["prompt_tokens"] += sum(len(row[0]) for row in rows)
+    counts["computed_prompt_tokens"] += sum(new) + (prefix[0] if prefix else 0)
+    counts["answer_tokens"] += sum(len(tail) - common for _, _, common, tails in rows for tail in tails)
+
+
+def _lent(model, rows, prefix, cache, keys) -> list[tuple[int, list | None]]:
+    """Per state: (how many leading tokens of its row come from a cache, that cache's layers or None for none): its
+    episode's cache where it shares more than the call's common prefix, else the common prefix, else nothing. A
+    state's last prompt token is always computed: its hidden state predicts the first answer token."""
+    shared = (prefix[0], prefix[1]) if prefix else (0, None)
+    if cache is None:
+        return [shared] * len(rows)
+    if keys is None or len(keys) != len(rows):
+        raise ValueError(f"an episode cache needs one key per state: {len(rows)} states, keys {keys!r:.80}")
+    cache.open(model, keys)
+    lent = []
+    for key, (ids, prompt_length, *_) in zip(keys, rows):
+        found = cache.lend(key, ids, prompt_length - 1)
+        lent.append(found if found is not None and found[0] > shared[0] else shared)
+    return lent
 
 
 def _pad_id(tokenizer) -> int:
@@ -164,19 +237,69 @@ def _common_prefix(model, rows, device) -> tuple[int, list[tuple[torch.Tensor, t
     return length, [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _score_rows(model, rows, pad: int, device, prefix=None) -> list[torch.Tensor]:
-    count, width = len(rows), max(len(r[0]) for r in rows)
+def _prompt_pass(model, rows, pad: int, device, lent):
+    """Pass 1: each row's tokens after those its lent cache holds, right-padded. (the model's output with its key/value
+    cache, how many cache columns come before this pass's tokens)"""
+    count, decoder = len(rows), model.get_decoder()
+    starts = [start for start, _ in lent]
+    past = max(starts)
+    width = max(len(shared) - start for (shared, *_), start in zip(rows, starts))
     ids = torch.full((count, width), pad, dtype=torch.long)
-    for i, (shared, *_) in enumerate(rows):
-        ids[i, : len(shared)] = torch.tensor(shared)
-    decoder = model.get_decoder()
-    if prefix is None:
-        start, cache = 0, None
-    else:  # every row's cache starts as the prefix's own (expanded views: no copy until a pass appends to it)
-        start = prefix[0]
-        layers = [(k.expand(count, *k.shape[1:]), v.expand(count, *v.shape[1:])) for k, v in prefix[1]]
-        cache = DynamicCache(layers, config=model.config)
-    first = decoder(input_ids=ids[:, start:].to(device), past_key_values=cache, use_cache=True)
+    for i, ((shared, *_), start) in enumerate(zip(rows, starts)):
+        ids[i, : len(shared) - start] = torch.tensor(shared[start:])
+    if all(layers is lent[0][1] for _, layers in lent):  # one cache lent to every row, or none: no mask needed
+        cache = None
+        if lent[0][1] is not None:  # expanded views: no copy until the pass appends to them
+            layers = [(k.expand(count, *k.shape[1:]), v.expand(count, *v.shape[1:])) for k, v in lent[0][1]]
+            cache = DynamicCache(layers, config=model.config)
+        return decoder(input_ids=ids.to(device), past_key_values=cache, use_cache=True), past
+    # rows lent caches of their own, of different lengths: one padded cache, a mask that hides its padding
+    template = next(layers for _, layers in lent if layers is not None)
+    padded = []
+    for index, (k0, v0) in enumerate(template):
+        keys, values = (
+            k0.new_zeros((count, k0.shape[1], past, k0.shape[3])),
+            v0.new_zeros((count, v0.shape[1], past, v0.shape[3])),
+        )
+        for i, (start, layers) in enumerate(lent):
+            if start:
+                keys[i, :, :start], values[i, :, :start] = layers[index][0][0], layers[index][1][0]
+        padded.append((keys, values))
+    new = torch.tensor([len(shared) - start for (shared, *_), start in zip(rows, starts)])
+    column = torch.arange(width)
+    sees_past = (torch.arange(past)[None, None, :] < torch.tensor(starts)[:, None, None]).expand(count, width, past)
+    sees_new = (column[None, None, :] <= column[None, :, None]) & (column[None, None, :] < new[:, None, None])
+    sees_new = sees_new | torch.eye(width, dtype=torch.bool)[None]  # a padding token sees itself: no row all masked
+    allowed = torch.cat([sees_past, sees_new], dim=2)[:, None]
+    dtype = template[0][0].dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    positions = torch.tensor(starts)[:, None] + column[None, :]
+    first = decoder(
+        input_ids=ids.to(device),
+        position_ids=positions.to(device),
+        attention_mask=mask.to(device),
+        past_key_values=DynamicCache(padded, config=model.config),
+        use_cache=True,
+    )
+    return first, past
+
+
+def _score_rows(model, rows, pad: int, device, lent, cache=None, keys=None) -> list[torch.Tensor]:
+    count = len(rows)
+    starts = [start for start, _ in lent]
+    first, past = _prompt_pass(model, rows, pad, device, lent)
+    news = [len(shared) - start for (shared, *_), start in zip(rows, starts)]
+    if cache is not None:  # before pass 2, which appends the answers' tokens to the same cache
+        for i, key in enumerate(keys):
+            layers = [
+                tuple(
+                    torch.cat([t[i : i + 1, :, : starts[i]], t[i : i + 1, :, past : past + news[i]]], dim=2)
+                    for t in (layer.keys, layer.values)
+                )
+                for layer in first.past_key_values.layers
+            ]
+            cache.keep(key, rows[i][0], layers)
+    width = past + first.last_hidden_state.shape[1]  # the cache's columns: lent (up to `past`), then this pass's
     # pass 2: the answers' own tokens, a state's answers side by side
     suffix_width = max(sum(len(t) - common for t in tails) for _, _, common, tails in rows)
     suffix_ids = torch.full((count, suffix_width), pad, dtype=torch.long)
@@ -190,9 +313,11 @@ def _score_rows(model, rows, pad: int, device, prefix=None) -> list[torch.Tensor
             owner[i, column : column + len(own)] = j
             positions[i, column : column + len(own)] = torch.arange(len(shared), len(shared) + len(own))
             column += len(own)
-    lengths = torch.tensor([len(r[0]) for r in rows])
+    cached = torch.arange(width)[None, :]
+    lent_to = torch.tensor(starts)[:, None]
+    computed = (cached < lent_to) | ((cached >= past) & (cached < past + torch.tensor(news)[:, None]))
     real = owner >= 0
-    sees_prompt = (torch.arange(width)[None, None, :] < lengths[:, None, None]) & real[:, :, None]
+    sees_prompt = computed[:, None, :] & real[:, :, None]
     column = torch.arange(suffix_width)
     sees_own = (
         (owner[:, None, :] == owner[:, :, None]) & (column[None, None, :] <= column[None, :, None]) & real[:, :, None]
@@ -201,7 +326,7 @@ def _score_rows(model, rows, pad: int, device, prefix=None) -> list[torch.Tensor
     allowed = torch.cat([sees_prompt, sees_own], dim=2)[:, None]
     dtype = first.last_hidden_state.dtype
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    second = decoder(
+    second = model.get_decoder()(
         input_ids=suffix_ids.to(device),
         position_ids=positions.to(device),
         attention_mask=mask.to(device),
@@ -215,7 +340,7 @@ def _score_rows(model, rows, pad: int, device, prefix=None) -> list[torch.Tensor
         column = 0
         for j, tail in enumerate(tails):
             own = tail[common:]
-            predictors = [first.last_hidden_state[i, prompt_length - 1 + q - start] for q in range(common + 1)]
+            predictors = [first.last_hidden_state[i, prompt_length - 1 + q - starts[i]] for q in range(common + 1)]
             predictors += [second.last_hidden_state[i, column + q] for q in range(len(own) - 1)]
             vectors += predictors
             targets += list(tail)

@@ -99,6 +99,14 @@ class ModelConfig(Strict):
         "likelihood of each offered answer, renormalised over the candidates: valid by construction; "
         "lib/candidates.py) or free (it generates text the environment parses; invalid text is penalised)",
     )
+    episode_cache_mb: int = Field(
+        0,
+        ge=0,
+        description="candidates only: MB for the key/value caches each live episode keeps from one state to the next "
+        "wherever the model plays (evaluation, the RL stage's episodes, validation, the imitation check, post-save), "
+        "so a state computes only the prompt tokens after those it shares with the previous state's "
+        "(lib/episode_cache.py); 0: every state's prompt is read whole",
+    )
     use_unsloth: Literal["auto", "never"] = "auto"
     load_in_4bit: bool = False
     precision: Literal["fp32", "fp16", "bf16", "auto"] = Field(
@@ -107,6 +115,15 @@ class ModelConfig(Strict):
         "T4); on a CPU bf16 where it has bf16 instructions (AMX or avx512_bf16), else fp32. bf16 on a CPU without "
         "them is an error; fp16 on a CPU means fp32. The run records the precision it resolved to and the CPU's flags",
     )
+
+    @model_validator(mode="after")
+    def _cache_scores_candidates(self):
+        if self.episode_cache_mb and self.action_space != "candidates":
+            raise ValueError(
+                "model.episode_cache_mb keeps the cache of candidate scoring; with model.action_space "
+                f"{self.action_space!r} the model generates its answers: set model.episode_cache_mb 0"
+            )
+        return self
 
 
 class SFTStageConfig(Strict):

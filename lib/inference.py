@@ -60,18 +60,30 @@ def generate_actions(
 
 
 def candidate_actor(
-    model, tokenizer, *, greedy: bool = True, temperature: float = 1.0, generator=None, distributions: bool = False
+    model,
+    tokenizer,
+    *,
+    greedy: bool = True,
+    temperature: float = 1.0,
+    generator=None,
+    distributions: bool = False,
+    episode_cache_mb: int = 0,
 ):
     """An actor for `episodes.play` that chooses among the offered candidates (`model.action_space: candidates`):
     every live episode's candidates are scored in one batched pass (lib/candidates.py) and the most likely one is
     answered (greedy), or one is sampled from the softmax at `temperature`. Answers are valid by construction; each
     episode's `extra["p_action"]` is the probability the policy gave the answer it chose, and with `distributions`
-    `extra["p_answers"]` its probability of every offered answer."""
+    `extra["p_answers"]` its probability of every offered answer. With `episode_cache_mb` > 0 each live episode
+    keeps its key/value cache from one state to the next, within that many MB (lib/episode_cache.py)."""
     from .candidates import answers, choose, distribution, score_answers
+    from .episode_cache import EpisodeCache
+
+    cache = EpisodeCache(episode_cache_mb) if episode_cache_mb else None
 
     def act(live) -> list[str]:
         options = [answers(e.observation) for e in live]
-        scores = score_answers(model, tokenizer, [e.env.render(e.observation) for e in live], options)
+        messages = [e.env.render(e.observation) for e in live]
+        scores = score_answers(model, tokenizer, messages, options, cache=cache, keys=[id(e) for e in live])
         texts = []
         for entry, offered, logprobs in zip(live, options, scores):
             probs = distribution(logprobs, temperature)
@@ -96,6 +108,7 @@ def model_actor(
     temperature: float = 1.0,
     generator=None,
     distributions: bool = False,
+    episode_cache_mb: int = 0,
 ):
     """The model as an actor for `episodes.play`: choosing among the candidates (`action_space="candidates"`,
     `candidate_actor`, which records the policy over them with `distributions`), or generating free text that the
@@ -105,8 +118,16 @@ def model_actor(
     up to `veto_k` times before it is submitted; the re-asks go into each episode's `extra["veto_retries"]`."""
     if action_space == "candidates":
         return candidate_actor(
-            model, tokenizer, greedy=greedy, temperature=temperature, generator=generator, distributions=distributions
+            model,
+            tokenizer,
+            greedy=greedy,
+            temperature=temperature,
+            generator=generator,
+            distributions=distributions,
+            episode_cache_mb=episode_cache_mb,
         )
+    if episode_cache_mb:
+        raise ValueError("an episode cache applies to candidate scoring (action_space 'candidates') only")
     if action_space != "free":
         raise ValueError(f"unknown action_space {action_space!r}: 'candidates' or 'free'")
 

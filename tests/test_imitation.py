@@ -20,7 +20,7 @@ def _scorer(monkeypatch, pick):
     """The model's candidate scores, stood in for both where the check reads them (at the teacher's states and in
     the policy's own episodes): 0 for the answer `pick(prompt)` names, -5 elsewhere."""
 
-    def score(model, tokenizer, prompts, answer_lists):
+    def score(model, tokenizer, prompts, answer_lists, **_):
         return [[0.0 if a == pick(p) else -5.0 for a in answers] for p, answers in zip(prompts, answer_lists)]
 
     monkeypatch.setattr(imitation, "score_answers", score)

@@ -1,6 +1,6 @@
 """The benchmark and probe verbs of `python -m lib`: `bench-gpu`, `bench-train`, `bench-speed`, `bench-learner`,
-`bench-serve`, `probe-explore`, `agreement` (the SFT model at the teacher's own states, per kind of action)
-and `fingerprint`; code that measures the workbook, never part of a run's stages.
+`bench-tokens`, `bench-serve`, `probe-explore`, `agreement` (the SFT model at the teacher's own states, per kind of
+action) and `fingerprint`; code that measures the workbook, never part of a run's stages.
 Registered by lib/__main__.py; heavy imports happen only when a verb runs."""
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ def _bench_learner(args) -> int:
     from .bench_learner import run_bench
 
     run_bench(args.profile, args.sft_steps, args.states, args.episodes, args.out)
+    return 0
+
+
+def _bench_tokens(args) -> int:
+    """The tokens a run's RL policy computes to play, with and without each episode's cache (bench_tokens.py)."""
+    from .bench_tokens import run_bench
+
+    run_bench(args.run_dir, args.episodes, args.split, args.budget_mb, args.out)
     return 0
 
 
@@ -251,6 +259,17 @@ def add_verbs(verbs) -> None:
     t.add_argument("--episodes", type=int, default=16, help="greedy holdout episodes each learner plays")
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_learner)
+    t = verbs.add_parser(
+        "bench-tokens",
+        help="benchmark: prompt tokens a run's RL policy computes per played state, each state read whole against "
+        "each episode keeping its key/value cache across its states (one JSON)",
+    )
+    t.add_argument("--run-dir", type=Path, required=True)
+    t.add_argument("--episodes", type=int, default=50, help="held-out episodes each arm plays")
+    t.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    t.add_argument("--budget-mb", type=int, default=1024, help="the cached arm's model.episode_cache_mb")
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_tokens)
     b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
     b.add_argument("--env", required=True, help=env_help())
     b.add_argument("--clients", type=int, default=32)

@@ -55,6 +55,9 @@ def run_model_episodes(
             max_new_tokens=max_new_tokens,
             veto_k=veto_k,
             distributions=distributions,
+            episode_cache_mb=config.model.episode_cache_mb
+            if (action_space or config.model.action_space) == "candidates"
+            else 0,
         ),
         batch_size=batch_size or config.eval.batch_size,
         on_step=action_recorder(actions, source),

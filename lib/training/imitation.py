@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter, defaultdict
 
-from ..candidates import answers, distribution, score_answers
+from ..candidates import answers, distribution, score_answers, score_episodes
 from ..envs.base import completion_action, format_action
 from ..episodes import run_episode
 from .labelling import validation_seeds
@@ -28,19 +28,26 @@ class CollapseWarning(UserWarning):
     """The SFT policy chose one action far more often than its teacher does."""
 
 
-def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], str, dict[str, str]]]:
-    """(prompt, offered answers, their candidate ids, the teacher's candidate id, each id's kind of action) at every
-    state of the teacher's episodes on `seeds` (train split)."""
+def teacher_episodes(spec, seeds) -> list[list[tuple[list[dict], list[str], list[str], str, dict[str, str]]]]:
+    """Per seed (train split), at every state of the teacher's episode: (prompt, offered answers, their candidate
+    ids, the teacher's candidate id, each id's kind of action)."""
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    rows = []
+    episodes = []
     for seed in seeds:
+        rows = []
         for t in run_episode(env, teacher, seed, "train", keep_transitions=True).transitions:
             observation = t["observation"]
             ids = [c.id for c in observation.candidates]
             chosen = next(c.id for c in observation.candidates if format_action(c.id) == t["action"].strip())
             kinds = {c.id: c.kind for c in observation.candidates}
             rows.append((env.render(observation), answers(observation), ids, chosen, kinds))
-    return rows
+        episodes.append(rows)
+    return episodes
+
+
+def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], str, dict[str, str]]]:
+    """Every state of the teacher's episodes on `seeds`, one after another (`teacher_episodes`)."""
+    return [row for rows in teacher_episodes(spec, seeds) for row in rows]
 
 
 def agreement(config, loaded, episodes: int) -> dict:
@@ -48,12 +55,18 @@ def agreement(config, loaded, episodes: int) -> dict:
     candidate is the teacher's, overall and per kind of the teacher's action (with the mean probability the model
     gives the teacher's answer, renormalised over the offered candidates), and the most frequent confusions between
     kinds (teacher's kind -> the model's; a confusion within a kind is a wrong target, e.g. the wrong drug)."""
-    seeds = validation_seeds(episodes)
-    rows = teacher_rows(config.spec, seeds)
+    by_episode = teacher_episodes(config.spec, validation_seeds(episodes))
+    rows = [row for states in by_episode for row in states]
     if not rows:
         raise ValueError(f"the teacher's {episodes} validation episodes have no state to check")
     model, tokenizer, _ = loaded
-    scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
+    if config.model.episode_cache_mb:  # the episodes' states in lockstep, each episode keeping its cache
+        scored = score_episodes(
+            model, tokenizer, [[r[:2] for r in states] for states in by_episode], config.model.episode_cache_mb
+        )
+        scores = [values for states in scored for values in states]
+    else:
+        scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
     tallies: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # kind -> states, agreed, p(teacher's)
     confusions: Counter = Counter()
     for (_, _, ids, teacher, kind), values in zip(rows, scores):

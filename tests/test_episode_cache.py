@@ -1,0 +1,170 @@
+"""Each live episode's key/value cache kept across its states (lib/episode_cache.py, through `score_answers`): the
+scores equal a whole pass to rounding, only the tokens after the shared run are computed, and a cache is reused
+only for the tokens and the weights it was computed with."""
+
+import random
+
+import pytest
+import torch
+
+from lib.candidates import answers, score_answers, score_episodes, tally_tokens, whole_prompts
+from lib.config import ConfigError, ModelConfig, TinyModelConfig, load_config
+from lib.envs import get_spec
+from lib.episode_cache import EpisodeCache, weights_fingerprint
+from lib.evaluation.closed_loop import run_model_episodes
+from lib.models import build_tiny, load_model
+
+ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory):
+    texts = []
+    for name in ENVS:
+        spec = get_spec(name)
+        env = spec.make_env()
+        texts += [m["content"] for seed in range(3) for m in env.render(env.reset(seed, "train"))]
+        texts.append(spec.vocabulary())
+    folder = build_tiny(texts, TinyModelConfig(), tmp_path_factory.mktemp("tiny"), seed=0)
+    model, tokenizer, _ = load_model(folder, ModelConfig(name="tiny"), trainable=False)
+    return model.eval(), tokenizer
+
+
+def _episodes(name: str, seeds, steps: int):
+    """Per seed, the states of a holdout episode under random legal actions: [(messages, offered answers)]."""
+    spec = get_spec(name)
+    out = []
+    for seed in seeds:
+        env, rng, states = spec.make_env(), random.Random(seed), []
+        observation = env.reset(seed, "holdout")
+        for _ in range(steps):
+            states.append((env.render(observation), answers(observation)))
+            result = env.step(states[-1][1][rng.randrange(len(observation.candidates))])
+            if result.done:
+                break
+            observation = result.observation
+        out.append(states)
+    return out
+
+
+def _whole(model, tokenizer, states):
+    with whole_prompts():
+        return score_answers(model, tokenizer, [m for m, _ in states], [a for _, a in states])
+
+
+def _close(x, y):
+    return all(a == pytest.approx(b, abs=1e-4) for xs, ys in zip(x, y) for a, b in zip(xs, ys))
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_episodes_in_lockstep_score_with_their_caches_as_a_whole_pass_and_compute_fewer_tokens(random_model, name):
+    model, tokenizer = random_model
+    episodes = _episodes(name, range(4), 6)
+    cache = EpisodeCache(256)
+    with tally_tokens() as counts:
+        for step in range(max(map(len, episodes))):
+            live = [(seed, states[step]) for seed, states in enumerate(episodes) if step < len(states)]
+            # a small pass budget: rows lent caches of different lengths share a pass under the padding mask
+            cached = score_answers(
+                model,
+                tokenizer,
+                [m for _, (m, _) in live],
+                [a for _, (_, a) in live],
+                max_tokens=600,
+                cache=cache,
+                keys=[seed for seed, _ in live],
+            )
+            assert _close(cached, _whole(model, tokenizer, [s for _, s in live]))
+    assert cache.stats["lent"] > 0 and cache.stats["refused_weights"] == 0
+    assert counts["computed_prompt_tokens"] < counts["prompt_tokens"]
+
+
+def test_the_imitation_check_scores_the_teacher_s_episodes_with_their_caches_as_a_whole_pass(random_model):
+    from lib.training.imitation import agreement
+
+    model, tokenizer = random_model
+    episodes = _episodes("sentinel_trust", range(3), 5)
+    with tally_tokens() as counts:
+        scored = score_episodes(model, tokenizer, episodes, 64)
+    assert [len(s) for s in scored] == [len(e) for e in episodes]
+    for states, values in zip(episodes, scored):
+        assert _close(values, _whole(model, tokenizer, states))
+    assert counts["computed_prompt_tokens"] < counts["prompt_tokens"]
+    config = load_config("cpu-smoke-sentinel_trust")
+    cached = config.model_copy(update={"model": config.model.model_copy(update={"episode_cache_mb": 64})})
+    loaded = (model, tokenizer, {"path": "tiny", "sha256": "0"})
+    plain, again = agreement(config, loaded, 3), agreement(cached, loaded, 3)
+    assert plain["teacher_states"] == again["teacher_states"] > 0
+    assert plain["by_kind"].keys() == again["by_kind"].keys()
+    for kind, tally in plain["by_kind"].items():
+        assert again["by_kind"][kind]["p_teacher"] == pytest.approx(tally["p_teacher"], abs=1e-3)
+
+
+def test_a_cache_is_refused_for_other_weights(random_model):
+    model, tokenizer = random_model
+    [states] = _episodes("polyguard", [0], 3)
+    cache = EpisodeCache(64)
+    score_answers(model, tokenizer, [states[0][0]], [states[0][1]], cache=cache, keys=["e"])
+    weight = model.get_decoder().layers[0].mlp.up_proj.weight
+    before = weights_fingerprint(model)
+    weight.data.add_(0.05)  # a write the version counter does not see: the sum does
+    assert weights_fingerprint(model) != before
+    scores = score_answers(model, tokenizer, [states[1][0]], [states[1][1]], cache=cache, keys=["e"])
+    assert cache.stats["refused_weights"] == 1 and cache.stats["lent"] == 0
+    assert _close(scores, _whole(model, tokenizer, states[1:2]))
+    with torch.no_grad():
+        weight.sub_(0.05)  # an in-place update, as an optimizer step makes: the version counter moves
+    score_answers(model, tokenizer, [states[2][0]], [states[2][1]], cache=cache, keys=["e"])
+    assert cache.stats["refused_weights"] == 2 and cache.stats["lent"] == 0
+    # the same weights again: the cache is lent (the shared fixture's weights moved by rounding only; every test
+    # compares scores under the weights it scores with)
+    score_answers(model, tokenizer, [states[2][0]], [states[2][1]], cache=cache, keys=["e"])
+    assert cache.stats["lent"] == 1
+
+
+def test_a_cache_lends_only_the_tokens_it_shares(random_model):
+    model, tokenizer = random_model
+    [first], [other] = _episodes("polyguard", [0], 1), _episodes("json_tasks", [1], 1)
+    cache = EpisodeCache(64)
+    score_answers(model, tokenizer, [first[0][0]], [first[0][1]], cache=cache, keys=["e"])
+    stored = cache.entries["e"][0]
+    changed = list(stored)
+    changed[40] = (changed[40] + 1) % len(tokenizer)
+    lent, layers = cache.lend("e", changed, len(changed))
+    assert lent == 40 and layers[0][0].shape[2] == 40
+    assert cache.lend("e", stored, 10)[0] == 10  # never past the limit (a state's last prompt token is computed)
+    # another environment's state under the same key: only the chat template's start is shared, the scores hold
+    scores = score_answers(model, tokenizer, [other[0][0]], [other[0][1]], cache=cache, keys=["e"])
+    assert _close(scores, _whole(model, tokenizer, other[:1]))
+
+
+def test_a_cache_over_its_budget_is_not_kept_and_changes_no_score(random_model):
+    model, tokenizer = random_model
+    [states] = _episodes("sentinel_trust", [2], 3)
+    cache = EpisodeCache(1)
+    cache.budget = 1_000  # bytes: no prompt's cache fits
+    for messages, offered in states:
+        scores = score_answers(model, tokenizer, [messages], [offered], cache=cache, keys=["e"])
+        assert _close(scores, _whole(model, tokenizer, [(messages, offered)]))
+    assert cache.stats["over_budget"] == len(states) and not cache.entries and cache.stats["lent"] == 0
+    with pytest.raises(ValueError, match="budget above 0"):
+        EpisodeCache(0)
+    with pytest.raises(ValueError, match="one key per state"):
+        score_answers(model, tokenizer, [states[0][0]], [states[0][1]], cache=cache, keys=[])
+
+
+def test_evaluation_plays_the_same_episodes_with_the_cache(random_model, tmp_path):
+    model, tokenizer = random_model
+    config = load_config("cpu-smoke")
+    cached = config.model_copy(update={"model": config.model.model_copy(update={"episode_cache_mb": 64})})
+    loaded = (model, tokenizer, {"path": "tiny", "sha256": "0"})
+    plain, _ = run_model_episodes(config, loaded, range(6), "holdout", desc="plain", batch_size=3)
+    with tally_tokens() as counts:
+        again, actions = run_model_episodes(cached, loaded, range(6), "holdout", desc="cached", batch_size=3)
+    assert [(e.seed, e.episode_return, e.steps) for e in again] == [(e.seed, e.episode_return, e.steps) for e in plain]
+    assert counts["computed_prompt_tokens"] < counts["prompt_tokens"]
+
+
+def test_the_cache_is_a_clear_error_where_the_model_generates_its_answers():
+    with pytest.raises(ConfigError, match="episode_cache_mb"):
+        load_config("cpu-smoke", overrides={"model.action_space": "free", "model.episode_cache_mb": 64})

@@ -254,7 +254,6 @@ class Run:
     def begin(self, stage: str) -> float:
         """A stage starts: its clock (`stage_done`'s `started`) and its memory peak, reset where the OS allows
         (`peak_rss`)."""
-        return_freed_memory()
         self.rss_scope[stage] = reset_peak_rss()
         return time.time()
 
@@ -310,25 +309,6 @@ class Run:
         atomic_write_json(self.dir / "manifest.json", manifest)
         self.log("stage_done", stage=stage, status=status, duration_s=record["duration_s"])
         return resolve_run_paths(record, self.dir)  # on disk relative to the run folder; in memory usable paths
-
-
-# glibc's malloc options (mallopt): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, and the size both are fixed at.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _FREED_BLOCK = -1, -3, 128 * 1024
-
-
-def return_freed_memory() -> bool:
-    """Make freed memory go back to the OS (glibc): every block of 128 KiB or more is its own mapping, unmapped when
-    freed, and the heap's free top is trimmed past 128 KiB. Without it glibc raises its mmap threshold to the largest
-    block freed so far (up to 32 MiB), so a training step's activations come from the heap, and a heap whose top is
-    held by one live block never shrinks: SmolLM2's SFT held 7 GB between steps whose own peak is about 5 GB
-    (docs/GUIDE.md, "The pipeline"). Returns False where the C library is not glibc (nothing changed)."""
-    import ctypes
-    import ctypes.util
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _FREED_BLOCK)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _FREED_BLOCK))
 
 
 def reset_peak_rss() -> str:

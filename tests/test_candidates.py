@@ -19,28 +19,12 @@ from lib.candidates import (
     score_answers,
     whole_prompts,
 )
-from lib.config import ModelConfig, TinyModelConfig
 from lib.envs import get_spec
 from lib.envs.base import Action, parse_action
 from lib.episodes import Improver, Start, play, policy_actor, run_episode
 from lib.inference import model_actor
-from lib.models import build_tiny, load_model
 
 ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
-
-
-@pytest.fixture(scope="module")
-def random_model(tmp_path_factory):
-    """A tiny model of random weights whose tokenizer has seen every environment's prompts."""
-    texts = []
-    for name in ENVS:
-        spec = get_spec(name)
-        env = spec.make_env()
-        texts += [m["content"] for seed in range(3) for m in env.render(env.reset(seed, "train"))]
-        texts.append(spec.vocabulary())
-    folder = build_tiny(texts, TinyModelConfig(), tmp_path_factory.mktemp("tiny"), seed=0)
-    model, tokenizer, _ = load_model(folder, ModelConfig(name="tiny"), trainable=False)
-    return model.eval(), tokenizer
 
 
 def _state(name: str, seed: int, steps: int):

@@ -8,26 +8,12 @@ import pytest
 import torch
 
 from lib.candidates import answers, score_answers, score_episodes, tally_tokens, whole_prompts
-from lib.config import ConfigError, ModelConfig, TinyModelConfig, load_config
+from lib.config import ConfigError, load_config
 from lib.envs import get_spec
 from lib.episode_cache import EpisodeCache, weights_fingerprint
 from lib.evaluation.closed_loop import run_model_episodes
-from lib.models import build_tiny, load_model
 
 ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
-
-
-@pytest.fixture(scope="module")
-def random_model(tmp_path_factory):
-    texts = []
-    for name in ENVS:
-        spec = get_spec(name)
-        env = spec.make_env()
-        texts += [m["content"] for seed in range(3) for m in env.render(env.reset(seed, "train"))]
-        texts.append(spec.vocabulary())
-    folder = build_tiny(texts, TinyModelConfig(), tmp_path_factory.mktemp("tiny"), seed=0)
-    model, tokenizer, _ = load_model(folder, ModelConfig(name="tiny"), trainable=False)
-    return model.eval(), tokenizer
 
 
 def _episodes(name: str, seeds, steps: int):
@@ -106,7 +92,7 @@ def test_a_cache_is_refused_for_other_weights(random_model):
     cache = EpisodeCache(64)
     score_answers(model, tokenizer, [states[0][0]], [states[0][1]], cache=cache, keys=["e"])
     weight = model.get_decoder().layers[0].mlp.up_proj.weight
-    before = weights_fingerprint(model)
+    before, saved = weights_fingerprint(model), weight.detach().clone()
     weight.data.add_(0.05)  # a write the version counter does not see: the sum does
     assert weights_fingerprint(model) != before
     scores = score_answers(model, tokenizer, [states[1][0]], [states[1][1]], cache=cache, keys=["e"])
@@ -116,10 +102,10 @@ def test_a_cache_is_refused_for_other_weights(random_model):
         weight.sub_(0.05)  # an in-place update, as an optimizer step makes: the version counter moves
     score_answers(model, tokenizer, [states[2][0]], [states[2][1]], cache=cache, keys=["e"])
     assert cache.stats["refused_weights"] == 2 and cache.stats["lent"] == 0
-    # the same weights again: the cache is lent (the shared fixture's weights moved by rounding only; every test
-    # compares scores under the weights it scores with)
+    # the same weights again: the cache is lent
     score_answers(model, tokenizer, [states[2][0]], [states[2][1]], cache=cache, keys=["e"])
     assert cache.stats["lent"] == 1
+    weight.data.copy_(saved)  # the session's model as it was
 
 
 def test_a_cache_lends_only_the_tokens_it_shares(random_model):

@@ -2,9 +2,9 @@
 common prefix (today's default) against each episode keeping its key/value cache from one state to the next
 (`model.episode_cache_mb`, lib/episode_cache.py). `python -m lib bench-tokens --run-dir RUN`.
 
-Both arms play the same seeds with the same weights; the JSON gives the prompt tokens computed per played state in
-each, their ratio at the top level (`tokens.played_tokens_ratio`), the wall time of each, and how many episodes
-ended with the same return and the same actions (the cache changes the scores by float rounding only, which can
+Both arms play the same seeds with the same weights. The JSON gives the prompt tokens computed per played state in
+each, their ratio at the top level (`tokens.played_tokens_ratio`), each arm's wall time and peak resident memory,
+and how many episodes ended with the same return (the cache changes the scores by float rounding only, which can
 flip a near tie)."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from pathlib import Path
 from ..candidates import tally_tokens
 from ..config import override_config
 from ..io import atomic_write_json
-from ..runs import Run, hardware, package_versions, read_config
+from ..runs import Run, hardware, package_versions, peak_rss_mb, read_config, reset_peak_rss
 
 
 def _play(config, loaded, seeds, split: str, name: str) -> dict:
     from ..evaluation.closed_loop import run_model_episodes
 
+    reset_peak_rss()
     began = time.perf_counter()
     with tally_tokens() as counts:
         episodes, actions = run_model_episodes(config, loaded, seeds, split, desc=name)
@@ -29,6 +30,7 @@ def _play(config, loaded, seeds, split: str, name: str) -> dict:
     return {
         "episode_cache_mb": config.model.episode_cache_mb,
         "seconds": round(seconds, 1),
+        "peak_rss_mb": peak_rss_mb(),
         "states": counts["states"],
         "prompt_tokens": counts["prompt_tokens"],
         "computed_prompt_tokens": counts["computed_prompt_tokens"],

@@ -160,11 +160,6 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "digit tokens lost 0.01 on two seeds: docs/RESULTS.md, '2026-11-26 (evening): an imitation check in the SFT "
         "stage; digit tokens on SENTINEL trust'",
     ),
-    "sft.kind_balance": (
-        0.0,
-        "best arm +0.006 [-0.002, +0.015]: docs/RESULTS.md, 'Rare decisions trained more often (`sft.kind_balance`, "
-        "new)'",
-    ),
     "grpo.top_k": (
         0,
         "temperature 3 with top_k 2 gave +0.003 [0.000, +0.008]: docs/RESULTS.md, 'GRPO beats SFT on cpu-full, but "

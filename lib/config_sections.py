@@ -152,6 +152,14 @@ class SFTStageConfig(Strict):
         "completion_only_loss=False), not only on the answer's: the model learns to read the observations it acts "
         "on; off: the loss is the answer's tokens only",
     )
+    kind_balance: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="resample the SFT rows (as many as before, with replacement) so that a row's chance goes as "
+        "(rows whose answer is of its kind)^-kind_balance (lib/training/balance.py): rare kinds of decision are "
+        "trained more often at the same cost; 0: every row once, 1: every kind of answer equally often",
+    )
     check_episodes: int = Field(
         20,
         ge=0,

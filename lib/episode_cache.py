@@ -13,7 +13,7 @@ A cache is lent only for the tokens and the weights it was computed with:
 
 Memory is bounded: `budget_mb` caps what all entries hold together (a state whose cache would pass it is scored
 without one: `over_budget`), and an episode no longer live in a call is forgotten. SmolLM2-135M holds about 23 KB of
-keys and values a token in bf16, so a 500-token PolyGuard prompt costs about 11 MB.
+keys and values a token in bf16, so a 500-token prompt costs about 11 MB.
 """
 
 from __future__ import annotations

@@ -139,8 +139,8 @@ def test_a_retired_setting_in_a_new_config_is_an_error_naming_its_evidence(tmp_p
         with pytest.raises(ConfigError) as error:
             load_config("cpu-smoke", {dotted: neutral})  # even at its old default: the key is gone
         assert f"{dotted}: retired, measured not to help" in str(error.value)
-    with pytest.raises(ConfigError, match="Rare decisions trained more often"):
-        load_config("cpu-smoke-sentinel_trust", {"sft.kind_balance": 0.75})
+    with pytest.raises(ConfigError, match="retired for grpo.anchor"):
+        load_config("cpu-smoke-sentinel_trust", {"sft.candidate_loss": 0.5})
     with pytest.raises(ConfigError, match="96 of 656 played turns"):
         load_config("cpu-smoke", {"grpo.train_turns": "one"})
     profile = tmp_path / "mine.yaml"
@@ -233,17 +233,17 @@ def test_a_run_made_before_settings_were_retired_still_loads_replays_and_gates(t
     for name in ("improved", "beats_teacher", "improvement_claim_supported", "anti_hacking_passed"):
         assert verdict[name]["passed"] == before[name], name
 
-    manifest["config"]["sft"]["kind_balance"] = 0.75  # as a run made with that lever would have recorded it
+    manifest["config"]["sft"]["candidate_loss"] = 0.5  # as a run made with that lever would have recorded it
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     sft_record = json.loads((run_dir / "sft" / "stage.json").read_text())
-    sft_record["params"]["kind_balance"] = 0.75
+    sft_record["params"]["candidate_loss"] = 0.5
     (run_dir / "sft" / "stage.json").write_text(json.dumps(sft_record))
     assert read_config(run_dir) == config
     assert {c["name"]: c["passed"] for c in run_gate(run_dir, write=False)["checks"]}["manifest_valid"]
-    with pytest.raises(RetiredSettingError, match=r"sft.kind_balance=0.75 \(best arm") as error:
+    with pytest.raises(RetiredSettingError, match=r"sft.candidate_loss=0.5 \(on SENTINEL trust") as error:
         run_stage("sft", config, Run(run_dir, config))
-    assert RETIRED["sft.kind_balance"][1] in str(error.value)
-    assert json.loads((run_dir / "manifest.json").read_text())["config"]["sft"]["kind_balance"] == 0.75  # untouched
+    assert RETIRED["sft.candidate_loss"][1] in str(error.value)
+    assert json.loads((run_dir / "manifest.json").read_text())["config"]["sft"]["candidate_loss"] == 0.5  # untouched
 
 
 def test_the_rl_algorithm_is_one_key_and_a_grpo_mode_no_longer_names_it():

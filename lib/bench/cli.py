@@ -205,6 +205,20 @@ def _add_bench_gpu(verbs) -> None:
     g.set_defaults(func=_bench_gpu)
 
 
+def _add_bench_tokens(verbs) -> None:
+    t = verbs.add_parser(
+        "bench-tokens",
+        help="benchmark: prompt tokens a run's RL policy computes per played state, each state read whole against "
+        "each episode keeping its key/value cache across its states (one JSON)",
+    )
+    t.add_argument("--run-dir", type=Path, required=True)
+    t.add_argument("--episodes", type=int, default=50, help="held-out episodes each arm plays")
+    t.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    t.add_argument("--budget-mb", type=int, default=1024, help="the cached arm's model.episode_cache_mb")
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_tokens)
+
+
 def add_verbs(verbs) -> None:
     a = verbs.add_parser(
         "agreement",
@@ -259,17 +273,7 @@ def add_verbs(verbs) -> None:
     t.add_argument("--episodes", type=int, default=16, help="greedy holdout episodes each learner plays")
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_learner)
-    t = verbs.add_parser(
-        "bench-tokens",
-        help="benchmark: prompt tokens a run's RL policy computes per played state, each state read whole against "
-        "each episode keeping its key/value cache across its states (one JSON)",
-    )
-    t.add_argument("--run-dir", type=Path, required=True)
-    t.add_argument("--episodes", type=int, default=50, help="held-out episodes each arm plays")
-    t.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
-    t.add_argument("--budget-mb", type=int, default=1024, help="the cached arm's model.episode_cache_mb")
-    t.add_argument("--out", type=Path, default=None)
-    t.set_defaults(func=_bench_tokens)
+    _add_bench_tokens(verbs)
     b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
     b.add_argument("--env", required=True, help=env_help())
     b.add_argument("--clients", type=int, default=32)

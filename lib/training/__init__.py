@@ -24,7 +24,7 @@ and its key listed in `lib.config.RETIRED` (docs/GUIDE.md, "lib/training/").
 # Each stage's modules (lib/training/<name>.py) and the shared ones; no module imports another stage's.
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "corpus": ("corpus", "dagger"),
-    "sft": ("sft", "imitation"),
+    "sft": ("sft", "imitation", "balance"),
     "rl": (
         "rl",
         "grpo",

@@ -6,6 +6,7 @@ the same function.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from datasets import Dataset
@@ -17,6 +18,7 @@ from ..inference import load_policy_model
 from ..io import read_records
 from ..models import build_tiny, is_tiny, load_model, resolved_precision, weights_sha256, with_lora
 from ..runs import Run, seed_everything
+from .balance import answer_kinds, balanced, kind_mix
 from .harness import (
     FiniteLossGuard,
     JsonlLogger,
@@ -33,6 +35,26 @@ from .imitation import announce, imitation_check
 def _sft_dataset(rows: list[dict]) -> Dataset:
     """The rows as TRL's prompt-completion dataset."""
     return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+
+
+def _trained_rows(config: RunConfig, rows: list[dict]) -> tuple[list[dict], dict | None]:
+    """The rows SFT trains on: the corpus's, or with `sft.kind_balance` resampled toward the rare kinds of answer
+    (lib/training/balance.py), with the kind mix before and after for the stage record."""
+    if not config.sft.kind_balance:
+        return rows, None
+    kinds = answer_kinds(config.spec, rows)
+    drawn = balanced(kinds, config.sft.kind_balance, random.Random(f"{config.seed}/kind-balance"))
+    mix = {"corpus": kind_mix(kinds), "trained": kind_mix([kinds[i] for i in drawn])}
+    print(f"sft kind balance {config.sft.kind_balance}: answer kinds {mix['corpus']} -> {mix['trained']}")
+    return [rows[i] for i in drawn], mix
+
+
+def _trained_tokens(trainer) -> int:
+    """The non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
+    lags behind by up to logging_steps, so it is only the fallback."""
+    return int(trainer.state.num_input_tokens_seen) or max(
+        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
+    )
 
 
 def _base_model(config: RunConfig, rows: list[dict], out: Path) -> str:
@@ -70,6 +92,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
     # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
     from trl import SFTTrainer
 
+    trained, kinds = _trained_rows(config, rows)
     adapter, peft = trains_adapter(config), None
     with run.lap("sft", "trainer set-up"):
         if adapter:
@@ -78,7 +101,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         trainer = SFTTrainer(
             model=model,
             args=sft_args(config, run, out),
-            train_dataset=_sft_dataset(rows),
+            train_dataset=_sft_dataset(trained),
             processing_class=tokenizer,
             peft_config=peft,
             callbacks=[JsonlLogger(out / "train_log.jsonl"), guard, *progress_callbacks(), *extra_callbacks],
@@ -92,11 +115,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         save_atomically(trainer, tokenizer, model_dir, merge=adapter, adapter_target=adapter_dir if adapter else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     candidate_ce = [h["candidate_ce"] for h in trainer.state.log_history if "candidate_ce" in h]
-    # the non-pad tokens trained on, counted by the trainer (include_num_input_tokens_seen); the logged num_tokens
-    # lags behind by up to logging_steps, so it is only the fallback
-    tokens = int(trainer.state.num_input_tokens_seen) or max(
-        (h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h), default=0
-    )
+    tokens = _trained_tokens(trainer)
     imitation = None
     if config.sft.check_episodes and is_main():  # the saved model, as every later stage loads it
         with run.lap("sft", "imitation check"):
@@ -120,6 +139,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "losses": losses,
             **({"candidate_ce_first": candidate_ce[0], "candidate_ce_last": candidate_ce[-1]} if candidate_ce else {}),
             "train_tokens": tokens,
+            **({"kind_mix": kinds} if kinds else {}),
             "train_runtime_s": round(runtime, 3),
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,
             "weights_sha256": weights_sha256(model_dir),

@@ -99,6 +99,8 @@ def hardware() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_bf16": cpu_bf16(),
         "cuda": torch.cuda.is_available(),
+        # oneDNN's per-shape kernel cache, where a user set its size (docs/GUIDE.md, "The pipeline": memory)
+        "onednn_primitive_cache": os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"),
     }
     if torch.cuda.is_available():  # pragma: no cover - CUDA only
         info["gpu"] = torch.cuda.get_device_name(0)

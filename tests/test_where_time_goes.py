@@ -57,3 +57,14 @@ def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
     rows = {row["stage"]: row for row in run_rows(tmp_path / "run")}  # `python -m lib logs` shows them
     assert rows["corpus"]["peak_rss_mb"] == large["peak_rss_mb"] and rows["sft"]["peak_rss_mb"] == small["peak_rss_mb"]
     assert rows[RUN_ROW]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in (large, small, unscoped))
+
+
+def test_each_run_records_the_size_of_onednn_s_kernel_cache_where_one_was_set(monkeypatch):
+    """oneDNN's per-shape kernel cache held SmolLM2's SFT memory growing (docs/GUIDE.md); a run made with it sized
+    says so in its hardware record."""
+    from lib.runs import hardware
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert hardware()["onednn_primitive_cache"] is None
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
+    assert hardware()["onednn_primitive_cache"] == "0"

@@ -40,8 +40,9 @@ def fp32(model_config):
     return model_config.model_copy(update={"precision": "fp32", "use_unsloth": "never"})
 
 
-def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_config) -> None:
-    """Merge a LoRA adapter into its base into `target`, a new folder (written to a temp sibling, then renamed)."""
+def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_config, precision: str = "") -> None:
+    """Merge a LoRA adapter into its base into `target`, a new folder (written to a temp sibling, then renamed);
+    `precision`: a recorded precision to merge in (`load_model`), else the config's as this machine resolves it."""
     from peft import PeftModel
 
     target = Path(target)
@@ -49,7 +50,7 @@ def merge_adapter(base_dir: str | Path, adapter_dir: Path, target: Path, model_c
         raise MergeExistsError(
             f"{target} already exists; exports are never overwritten (choose a new run or delete it yourself)"
         )
-    model, tokenizer, _ = load_model(base_dir, model_config, trainable=False)
+    model, tokenizer, _ = load_model(base_dir, model_config, trainable=False, precision=precision)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -97,11 +98,14 @@ def compare_outputs(reference: dict, candidate: dict, tolerance: float = LOGIT_T
     }
 
 
-def _rebuild(base: str | Path, adapter: Path, target: Path, model_config, recorded_sha: str) -> dict:
-    """Merge `adapter` into `base` as `target` and say whether its weights are the recorded ones."""
+def _rebuild(
+    base: str | Path, adapter: Path, target: Path, model_config, recorded_sha: str, precision: str = ""
+) -> dict:
+    """Merge `adapter` into `base` as `target` (in `precision`, see `merge_adapter`) and say whether its weights are
+    the recorded ones."""
     if not (adapter / "adapter_config.json").is_file():
         raise MergeError(f"{target} is missing and cannot be rebuilt: no adapter at {adapter}")
-    merge_adapter(base, adapter, target, model_config)
+    merge_adapter(base, adapter, target, model_config, precision)
     sha = weights_sha256(target)
     return {"folder": target.name, "adapter": adapter.name, "sha256": sha, "recorded_sha256": recorded_sha}
 
@@ -118,7 +122,12 @@ def _rebuild_sft(run_dir: Path, config, records: dict) -> dict | None:
             f"{target} is missing and cannot be rebuilt: the sft stage's record names no adapter (it trained every "
             "weight, or it ran before the sft stage kept its adapter)"
         )
-    made = _rebuild(sft["inputs"]["base"], Path(sft["outputs"]["adapter"]), target, config.model, "")
+    # in the precision the SFT stage trained and merged in, not this machine's: `auto` is fp32 on a CPU without bf16
+    # instructions, and an fp32 sft/model of a bf16 run puts the RL merge's logits 0.245 from the recorded ones
+    # (the claim run on a 2-core AMD EPYC without avx512_bf16; export.logit_tolerance 0.05)
+    precision = sft["metrics"].get("precision", "")
+    made = _rebuild(sft["inputs"]["base"], Path(sft["outputs"]["adapter"]), target, config.model, "", precision)
+    made["precision"] = precision or "as the config resolves on this machine"
     made["recorded_sha256"] = sft["metrics"]["weights_sha256"]
     made["identical"] = made["sha256"] == made["recorded_sha256"]
     records["sft/model"] = made

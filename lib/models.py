@@ -118,13 +118,18 @@ def build_tiny(texts, tiny: TinyModelConfig, out_dir: Path, seed: int) -> Path:
     return out_dir
 
 
-def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: bool = True):
-    """Load weights and tokenizer with from_pretrained, exactly as for a hub model.
+def load_model(path_or_id: str | Path, model_config: ModelConfig, *, trainable: bool = True, precision: str = ""):
+    """Load weights and tokenizer with from_pretrained, exactly as for a hub model. `precision` (fp32, fp16 or bf16),
+    where given, is a run's recorded precision, used as it is: a rebuild merges in the precision the run trained in
+    on any machine (in bf16 on a CPU without bf16 instructions too: emulated, slower, the same rounding); else
+    `model_config.precision` as this machine resolves it (`resolved_precision`).
 
     Returns (model, tokenizer, backend)."""
     backend = backend_for(model_config)
     source = resolve_model_source(path_or_id)
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved_precision(model_config)]
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[
+        precision or resolved_precision(model_config)
+    ]
     if backend == "trl_unsloth":  # pragma: no cover - CUDA only
         from unsloth import FastLanguageModel
 

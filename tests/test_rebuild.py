@@ -90,6 +90,28 @@ def test_a_rebuild_with_other_bits_passes_only_within_the_recorded_outputs_toler
     assert "do not agree with the recorded ones within tolerance" in failed["postsave_from_saved_artifact"]
 
 
+def test_sft_model_is_rebuilt_in_the_precision_its_stage_recorded_not_the_one_this_machine_resolves(finished, tmp_path):
+    """A bf16 run gated on a CPU without bf16 instructions (where `auto` means fp32) must merge in bf16, as its SFT
+    stage did: simulated by a record naming bf16 for a run whose config says fp32. The rebuild follows the record."""
+    from safetensors import safe_open
+
+    copy = _slimmed(finished, tmp_path)
+    path = copy / "sft" / "stage.json"
+    record = json.loads(path.read_text())
+    assert (
+        record["metrics"]["precision"]
+        == "fp32"
+        == json.loads((copy / "manifest.json").read_text())["config"]["model"]["precision"]
+    )
+    record["metrics"]["precision"] = "bf16"
+    path.write_text(json.dumps(record))
+    made = rebuild_missing(copy)["sft/model"]
+    assert made["precision"] == "bf16" and not made["identical"]
+    (weights,) = (copy / "sft" / "model").glob("*.safetensors")
+    with safe_open(str(weights), "pt") as tensors:
+        assert {str(tensors.get_tensor(key).dtype) for key in tensors.keys()} == {"torch.bfloat16"}
+
+
 def test_a_merged_folder_that_cannot_be_rebuilt_fails_the_gate_naming_what_is_missing(finished, tmp_path):
     copy = _slimmed(finished, tmp_path)
     shutil.rmtree(copy / "sft" / "adapter")

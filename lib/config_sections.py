@@ -196,15 +196,6 @@ class GRPOStageConfig(Strict):
         "1 samples on-policy",
     )
 
-    beta: float = Field(0.0, ge=0, description="weight of the KL penalty to the anchor policy (`anchor`); 0: none")
-    anchor: Literal["sft", "best"] = Field(
-        "sft",
-        description="with beta > 0, what the KL term holds the policy to: sft, the policy GRPO started from (TRL's "
-        "reference, the adapter disabled); best, the best validated policy so far, a frozen copy of the adapter "
-        "that is refreshed at each new best validation point (needs rl.validate_every), so a climb is held where it "
-        "got to, not pulled back to SFT",
-    )
-
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
         description="TRL's advantage scaling: by the group's reward std (GRPO), the batch's, or not at all (Dr. GRPO)",

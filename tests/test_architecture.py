@@ -230,8 +230,8 @@ def test_no_training_stage_module_imports_another_stages_module_and_the_check_ca
     assert "lib.training.labelling" in edges["lib.training.aggrevate"]  # the shared labelling, not the corpus's
     planted = {**edges, "lib.training.aggrevate": edges["lib.training.aggrevate"] | {"lib.training.sft"}}
     assert _stage_violations(planted) == ["lib.training.aggrevate -> lib.training.sft"]
-    planted = {**edges, "lib.training.harness": edges["lib.training.harness"] | {"lib.training.anchor"}}
-    assert _stage_violations(planted) == ["lib.training.harness -> lib.training.anchor"]
+    planted = {**edges, "lib.training.harness": edges["lib.training.harness"] | {"lib.training.alarms"}}
+    assert _stage_violations(planted) == ["lib.training.harness -> lib.training.alarms"]
 
 
 def _long_functions(root, limit: int = 80) -> list[str]:

@@ -143,6 +143,10 @@ def test_a_retired_setting_in_a_new_config_is_an_error_naming_its_evidence(tmp_p
         load_config("cpu-smoke-sentinel_trust", {"sft.candidate_loss": 0.5})
     with pytest.raises(ConfigError, match="96 of 656 played turns"):
         load_config("cpu-smoke", {"grpo.train_turns": "one"})
+    with pytest.raises(ConfigError, match=r"grpo.beta: retired, .*seed 3 -0.036 \[-0.056, -0.018\]"):
+        load_config("cpu-smoke", {"grpo.beta": 0.04})
+    with pytest.raises(ConfigError, match=r"grpo.anchor: retired, .*`best` - `sft`: -0.000"):
+        load_config("cpu-smoke", {"grpo.anchor": "best"})
     profile = tmp_path / "mine.yaml"
     profile.write_text((PROFILES_DIR / "cpu-smoke.yaml").read_text().replace("corpus:\n", "corpus:\n  sft_label: x\n"))
     with pytest.raises(ConfigError, match="corpus.sft_label: retired"):
@@ -215,11 +219,16 @@ def test_a_run_made_before_settings_were_retired_still_loads_replays_and_gates(t
     shutil.copytree(committed, run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["corpus_hashes"] = {}  # committed without its corpus files (size): the gate could only say so
+    manifest["config"]["grpo"]["anchor"] = "sft"  # as a run made while grpo.anchor was a setting recorded it
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    grpo_record = json.loads((run_dir / "grpo" / "stage.json").read_text())
+    grpo_record["params"]["anchor"] = "sft"
+    (run_dir / "grpo" / "stage.json").write_text(json.dumps(grpo_record))
     recorded = manifest["config"]
-    assert {"top_k", "entropy_coef", "epsilon_high"} <= set(recorded["grpo"]) and "sft_label" in recorded["corpus"]
+    assert {"top_k", "entropy_coef", "epsilon_high", "beta", "anchor"} <= set(recorded["grpo"])
+    assert "sft_label" in recorded["corpus"] and recorded["grpo"]["beta"] == RETIRED["grpo.beta"][0]
     config = read_config(run_dir)
-    assert config.env == "polyguard" and not hasattr(config.grpo, "top_k")
+    assert config.env == "polyguard" and not {"top_k", "beta", "anchor"} & set(type(config.grpo).model_fields)
 
     evaluated = json.loads((run_dir / "evaluate" / "eval.json").read_text())["splits"]["holdout"]["policies"]["grpo"]
     played = replay.load(run_dir, config.spec)

@@ -7,9 +7,9 @@ Stage map (each stage's entry point is a `run_*` function the stage list in lib/
 - rl (the stage named `grpo`, its folder grpo/): `rl.py` (the stage: `rl.algorithm` picks the algorithm, side by
   side), `grpo.py` (TRL's GRPOTrainer), `samplers.py` (GRPO's mode switch and the trainer subclass), `rollout.py`
   (step mode's groups over the candidates), `multiturn.py` (whole episodes, `grpo.mode: multi_turn`),
-  `prompt_pass.py` (the shared prompt pass on a CPU), `anchor.py` (the KL term held to the best validated point,
-  `grpo.anchor`), `alarms.py` (collapse alarms), `aggrevate.py` (AggreVaTe: the improver's labels at the policy's own
-  states), `validation.py` (the learning curve, its one writer, and the best point);
+  `prompt_pass.py` (the shared prompt pass on a CPU), `alarms.py` (collapse alarms), `aggrevate.py` (AggreVaTe: the
+  improver's labels at the policy's own states), `validation.py` (the learning curve, its one writer, and the best
+  point);
 - shared: `harness.py` (precision, tracking and SFTConfig arguments, the guards, logging callbacks, atomic saves,
   TRL's log-prob kernel on a CPU-only torch), `rows.py` (the one SFT row shape), `labelling.py` (the seed blocks and
   the rows labelled at a model's own states: DAgger's and AggreVaTe's).
@@ -32,7 +32,6 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "rollout",
         "multiturn",
         "prompt_pass",
-        "anchor",
         "alarms",
         "aggrevate",
         "validation",

@@ -16,7 +16,6 @@ from ..models import load_model, weights_sha256, with_lora
 from ..reward import make_reward_function, reward_key
 from ..runs import Run, seed_everything
 from .alarms import CollapseAlarm, read_alarms
-from .anchor import with_anchor_adapter
 from .harness import (
     CheckpointManifestCallback,
     FiniteLossGuard,
@@ -51,7 +50,6 @@ def _grpo_args(config: RunConfig, run: Run, stage: str, out: Path, mode_args: di
         lr_scheduler_type=g.lr_scheduler_type,
         max_completion_length=g.max_completion_length,
         temperature=g.temperature,
-        beta=g.beta,
         gradient_checkpointing=g.gradient_checkpointing,
         logging_steps=g.logging_steps,
         **tracking_args(config, run, stage),
@@ -134,12 +132,9 @@ def _trainer(config: RunConfig, run: Run, stage: str, out: Path, base_model: str
     """GRPO's trainer on `base_model` with its adapter, sampler, reward and callbacks (validation and the collapse
     alarm on rank 0). Returns (trainer, tokenizer, its sampler, the finite-loss guard, the validation callback or
     None, the backend)."""
-    g = config.grpo
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
         model, peft = with_lora(model, config.model, backend)
-    if g.anchor == "best":  # the adapter added here, so TRL keeps the frozen copy the anchor lives in
-        model, peft = with_anchor_adapter(model, peft)
     with run.lap(stage, "trainer set-up"):
         prompts = read_records(run.read_stage("corpus")["outputs"]["grpo_prompts.jsonl"], missing_ok=False)
         source = sampler(config, prompts, tokenizer, out)

@@ -32,17 +32,6 @@ from ..distributed import is_main, wait_for_everyone
 from ..models import cuda_available, resolved_precision
 from ..runs import TEXT_PROGRESS_ENV, Run
 
-TRAINED = "default"  # PEFT's name of the adapter being trained
-ANCHOR = "ref"  # TRL's name of the frozen copy the KL term of `grpo.anchor: best` reads (lib/training/anchor.py)
-
-
-def saved_adapters(model) -> dict:
-    """save_pretrained's arguments that save only the trained adapter (the anchor is not part of the policy)."""
-    config = getattr(model, "peft_config", None)
-    if isinstance(config, dict) and ANCHOR in config:
-        return {"selected_adapters": [TRAINED]}
-    return {}
-
 
 def precision_flags(config: RunConfig) -> dict:
     """The trainer's precision arguments: fp16 on a GPU only; bf16 (autocast) wherever the run resolved to bf16, a
@@ -167,11 +156,11 @@ def save_atomically(trainer, tokenizer, target: Path, merge: bool, adapter_targe
     if merge and adapter_target is not None:
         adapter_tmp = adapter_target.with_name(f".{adapter_target.name}.tmp")
         shutil.rmtree(adapter_tmp, ignore_errors=True)
-        model.save_pretrained(adapter_tmp, **saved_adapters(model))
+        model.save_pretrained(adapter_tmp)
         _replace_folder(adapter_tmp, adapter_target)
     if merge:
         model = model.merge_and_unload()
-    model.save_pretrained(tmp, **saved_adapters(model))
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     _replace_folder(tmp, target)
     wait_for_everyone()

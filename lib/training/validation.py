@@ -18,8 +18,6 @@ import torch
 from transformers import TrainerCallback
 
 from ..io import append_record, atomic_write_json, read_records
-from .anchor import load_anchor, refresh_anchor
-from .harness import saved_adapters
 from .labelling import validation_seeds
 
 REFERENCES = "validation_references.json"  # the teacher's and the oracle's return on the validation seeds
@@ -62,7 +60,7 @@ def save_adapter_best(model, tokenizer, out: Path) -> None:
     target = Path(out) / "adapter_best"
     tmp = target.with_name(".adapter_best.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, **saved_adapters(model))
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
@@ -127,7 +125,6 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(self, config, out_dir: Path, tokenizer):
         self.curve, self.tokenizer = LearningCurve(config, out_dir), tokenizer
-        self.anchor = config.grpo.anchor == "best"  # refresh the KL term's anchor at each new best (anchor.py)
         self.every = config.rl.validate_every
 
     @property
@@ -141,8 +138,6 @@ class ValidationCallback(TrainerCallback):
             return
         if self.curve.best is not best:  # a new best
             save_adapter_best(model, self.tokenizer, self.curve.out)
-            if self.anchor:
-                refresh_anchor(model)
         print(
             f"validation step {step}: {point['mean_return']:.3f} (best {self.best['mean_return']:.3f} at "
             f"step {self.best['step']})"
@@ -150,8 +145,6 @@ class ValidationCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.curve.references()
-        if self.anchor and self.best is not None:  # resumed: hold to the point the run held to before it stopped
-            load_anchor(model, self.curve.out / "adapter_best")
         self._validate(model, state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):

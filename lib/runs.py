@@ -210,8 +210,8 @@ class Run:
 
     def refuse_retired(self) -> None:
         """A RetiredSettingError when the run was made with a setting since retired at a value the code can no longer
-        honour (`lib.config.RETIRED`): its files still read, replay and gate, but no stage is re-run on it."""
-        from .config import RETIRED, retired_in
+        honour (`lib.config_history.RETIRED`): its files still read, replay and gate, but no stage is re-run on it."""
+        from .config_history import RETIRED, retired_in
 
         if not (self.dir / "manifest.json").exists():
             return

@@ -18,7 +18,7 @@ Where a lever goes: a setting in its stage's section of lib/config_sections.py, 
 a module of its own only when it is a whole mechanism the stage calls. Stages hand over through files
 (`lib.io.read_records`), never by importing each other: a stage's module imports its own stage's modules and the
 shared ones only (`STAGE_MODULES`, checked by tests/test_architecture.py). A lever measured not to help is removed
-and its key listed in `lib.config.RETIRED` (docs/GUIDE.md, "lib/training/").
+and its key listed in `lib.config_history.RETIRED` (docs/GUIDE.md, "lib/training/").
 """
 
 # Each stage's modules (lib/training/<name>.py) and the shared ones; no module imports another stage's.

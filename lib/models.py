@@ -43,9 +43,10 @@ class PrecisionError(ValueError):
 
 def resolved_precision(model_config: ModelConfig) -> str:
     """The precision a run trains and scores in. On a GPU: `auto` is bf16 where the GPU has it, fp16 on one without
-    (a T4). On a CPU: `auto` is bf16 where the CPU has bf16 instructions (`lib.runs.cpu_bf16`: AMX or avx512_bf16),
-    else fp32; fp16 means fp32 (a CPU has no fast fp16); bf16 on a CPU without them is a PrecisionError."""
-    from .runs import BF16_FLAGS, cpu_bf16
+    (a T4). On a CPU: `auto` is bf16 where the CPU has bf16 instructions (`lib.provenance.cpu_bf16`: AMX or
+    avx512_bf16), else fp32; fp16 means fp32 (a CPU has no fast fp16); bf16 on a CPU without them is a
+    PrecisionError."""
+    from .provenance import BF16_FLAGS, cpu_bf16
 
     asked = model_config.precision
     if cuda_available():  # pragma: no cover - CUDA only

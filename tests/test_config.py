@@ -27,7 +27,7 @@ def test_the_real_model_profile_uses_the_embedded_model_in_auto_precision(monkey
 
     config = load_config("gpu-smollm2")
     assert config.model.name == "smollm2-135m-instruct" and config.model.precision == "auto"
-    monkeypatch.setattr("lib.runs.cpu_bf16", lambda: [])
+    monkeypatch.setattr("lib.provenance.cpu_bf16", lambda: [])
     assert resolved_precision(config.model) == "fp32"  # no GPU and no bf16 instructions: fp32
     with pytest.raises(ConfigError, match="model.precision"):
         load_config("gpu-smollm2", {"model.precision": "fp8"})

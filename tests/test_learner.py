@@ -25,7 +25,7 @@ def _local(folder, **settings) -> ModelConfig:
 
 
 def _cpu_with(monkeypatch, flags: list[str]) -> None:
-    monkeypatch.setattr("lib.runs.cpu_bf16", lambda: list(flags))
+    monkeypatch.setattr("lib.provenance.cpu_bf16", lambda: list(flags))
     monkeypatch.setattr("lib.models.cuda_available", lambda: False)
 
 

@@ -31,7 +31,8 @@ import torch
 from ..config import load_config
 from ..io import read_records
 from ..models import cuda_available, resolved_precision
-from ..runs import Run, hardware, package_versions
+from ..provenance import hardware, package_versions
+from ..runs import Run
 from ..training.corpus import run_corpus
 from .random_model import build_random_model
 from .recorders import ModelRecorder, ShapeRecorder, bare_forward_backward, sync

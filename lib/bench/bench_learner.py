@@ -33,7 +33,8 @@ import torch
 
 from ..config import load_config, override_config
 from ..io import atomic_write_json, read_records
-from ..runs import Run, hardware, package_versions
+from ..provenance import hardware, package_versions
+from ..runs import Run
 
 # today's path: the full pretrained model in fp32 with adapters on every layer, every prompt read whole
 TODAY = {"model.precision": "fp32", "model.lora.top_layers": None}

@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timezone
 from importlib import metadata
 
-from ..runs import cpu_model
+from ..provenance import cpu_model
 from ..serve.client import ServerLostError, WorkbookClient
 from ..serve.launch import served
 from ..serve.wire import WorkbookAction

@@ -32,7 +32,7 @@ import yaml
 
 from ..config import _merge, dotted_to_nested, load_config
 from ..io import atomic_write_json
-from ..runs import cpu_model
+from ..provenance import cpu_model
 
 # what both checkouts' configs accept: multi-turn GRPO for a fixed number of steps, no validation, no ablations
 COMMON = {

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..candidates import tally_tokens
 from ..config import override_config
 from ..io import atomic_write_json
-from ..runs import Run, hardware, package_versions, peak_rss_mb, read_config, reset_peak_rss
+from ..provenance import hardware, package_versions, peak_rss_mb, reset_peak_rss
+from ..runs import Run, read_config
 
 
 def _play(config, loaded, seeds, split: str, name: str) -> dict:

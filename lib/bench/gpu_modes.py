@@ -111,7 +111,7 @@ def _one_mode(argv: list[str], mode: str, env: dict, log) -> dict:
 def source() -> dict:
     """Which code ran: the commit in SOURCE_SHA beside lib/ (written when the tree is a `git archive` snapshot, as on
     a device without git), else git's own."""
-    from ..runs import git_state
+    from ..provenance import git_state
 
     marker = PACKAGE_ROOT / "SOURCE_SHA"
     if marker.exists():

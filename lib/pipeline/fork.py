@@ -13,7 +13,8 @@ from ..config import ConfigError, override_config
 from ..evaluation.baselines import run_baselines_stage
 from ..gate import STAGE_PARAMS
 from ..io import atomic_write_json
-from ..runs import Run, git_state, hardware, now, package_versions, read_config, read_json_record
+from ..provenance import git_state, hardware, package_versions
+from ..runs import Run, now, read_config, read_json_record
 from ..training.corpus import run_corpus
 
 FORK_STAGES = ("corpus", "baselines", "sft")  # what a fork shares with its base

@@ -88,3 +88,52 @@ def test_the_report_says_a_collapse_first_and_nothing_otherwise(tmp_path, monkey
     assert lines[0].startswith("**SFT chose the teacher's action") and "COLLAPSED" in lines[0]
     (tmp_path / "sft" / "stage.json").write_text(json.dumps({"metrics": {"imitation": {**check, "collapsed": False}}}))
     assert _imitation_lines(tmp_path) == []
+
+
+def _two_kind_rows():
+    """Four teacher states offering a common and a rare candidate; the teacher takes the rare one at the first."""
+    kinds = {"c": "common", "r": "rare"}
+    return [([], ["c", "r"], ["c", "r"], "r" if i == 0 else "c", kinds) for i in range(4)]
+
+
+def test_logit_adjustment_subtracts_each_kinds_shift_before_the_argmax():
+    rows, scores = _two_kind_rows(), [[-0.5, 0.0]] * 4  # the model leans to the rare answer everywhere
+    plain = imitation.tally(rows, scores)
+    assert {k: v["agreement"] for k, v in plain["by_kind"].items()} == {"common": 0.0, "rare": 1.0}
+    assert plain["confusions"] == {"common -> rare": 3}
+    undone = imitation.tally(rows, scores, {"rare": 1.0, "common": -0.2})  # 0.0 - 1.0 < -0.5 + 0.2
+    assert {k: v["agreement"] for k, v in undone["by_kind"].items()} == {"common": 1.0, "rare": 0.0}
+    assert (
+        undone["agreement"] == 0.75 and undone["by_kind"]["rare"]["p_teacher"] < plain["by_kind"]["rare"]["p_teacher"]
+    )
+
+
+def test_logit_adjustment_scores_once_and_tallies_every_tau(monkeypatch):
+    rows, calls = _two_kind_rows(), []
+    monkeypatch.setattr(imitation, "teacher_state_scores", lambda *a: calls.append(a) or (rows, [[-0.5, 0.0]] * 4))
+    weights = imitation.kind_log_weights(
+        {"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 0.6, "rare": 0.4}}
+    )
+    report = imitation.logit_adjusted(CONFIG, LOADED, 4, weights, [0.0, 1.0])
+    assert len(calls) == 1 and set(report["by_tau"]) == {"0.0", "1.0"}
+    assert report["by_tau"]["0.0"]["by_kind"]["rare"]["agreement"] == 1.0
+    assert report["by_tau"]["1.0"]["by_kind"]["rare"]["agreement"] == 0.0  # log 4 - log(2/3) = 1.79 > 0.5
+
+
+def test_logit_adjustment_refuses_a_kind_the_resampling_never_weighed():
+    with pytest.raises(ValueError, match="rare"):
+        imitation.kind_log_weights({"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 1.0}})
+
+
+def test_the_agreement_verb_refuses_logit_adjustment_without_a_kind_mix_and_bad_taus(tmp_path):
+    from lib.bench import cli
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "stage.json").write_text(json.dumps({"metrics": {"precision": "fp32"}}))
+    args = type("Args", (), {"run_dir": tmp_path, "episodes": 4, "logit_adjust": "0,1"})
+    with pytest.raises(SystemExit, match="no kind_mix"):
+        cli._agreement(args)
+    for bad, message in (("0,x", "not a comma-separated"), ("0,1.5", "outside")):
+        args.logit_adjust = bad
+        with pytest.raises(SystemExit, match=message):
+            cli._agreement(args)

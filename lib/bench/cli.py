@@ -102,15 +102,31 @@ def _agreement(args) -> int:
     from ..evaluation.closed_loop import sft_model_dir
     from ..inference import load_policy_model
     from ..io import atomic_write_json
-    from ..runs import Run, read_config
-    from ..training.imitation import agreement
+    from ..runs import Run, read_config, read_stage_record
+    from ..training.imitation import agreement, kind_log_weights, logit_adjusted
 
+    taus = _taus(args.logit_adjust) if args.logit_adjust else None
+    if taus is not None:
+        mix = read_stage_record(args.run_dir, "sft").get("metrics", {}).get("kind_mix")
+        if not mix:
+            raise SystemExit(
+                f"--logit-adjust: {args.run_dir}'s SFT stage record has no kind_mix; its SFT was not trained with "
+                "sft.kind_balance, so there is no resampling to undo"
+            )
+        weights = kind_log_weights(mix)
     config = read_config(args.run_dir)
-    model_dir = sft_model_dir(Run(args.run_dir, config))
-    report = {
-        "run": Path(args.run_dir).name,
-        **agreement(config, load_policy_model(model_dir, config.model), args.episodes),
-    }
+    loaded = load_policy_model(sft_model_dir(Run(args.run_dir, config)), config.model)
+    if taus is not None:
+        report = {"run": Path(args.run_dir).name, **logit_adjusted(config, loaded, args.episodes, weights, taus)}
+        print("log(trained share / corpus share): " + ", ".join(f"{k} {w:+.3f}" for k, w in weights.items()))
+        for tau, t in report["by_tau"].items():
+            kinds = ", ".join(f"{k} {v['agreement']:.3f} ({v['states']})" for k, v in t["by_kind"].items())
+            print(f"  tau {tau:<5} agreement {t['agreement']:.4f}  {kinds}")
+        out = Path(args.run_dir) / "sft" / "logit_adjust.json"
+        atomic_write_json(out, report)
+        print(f"wrote {out}")
+        return 0
+    report = {"run": Path(args.run_dir).name, **agreement(config, loaded, args.episodes)}
     print(
         f"SFT chose the teacher's action at {report['agreement']:.3f} of the teacher's {report['teacher_states']} "
         f"states ({args.episodes} validation episodes)"
@@ -126,6 +142,22 @@ def _agreement(args) -> int:
     atomic_write_json(Path(args.run_dir) / "sft" / "agreement.json", report)
     print(f"wrote {Path(args.run_dir) / 'sft' / 'agreement.json'}")
     return 0
+
+
+def _taus(text: str) -> list[float]:
+    """--logit-adjust's comma-separated list of numbers in [0, 1].
+
+    >>> _taus("0, 0.5,1")
+    [0.0, 0.5, 1.0]
+    """
+    try:
+        taus = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--logit-adjust: {text!r} is not a comma-separated list of numbers, e.g. 0,0.5,1") from None
+    bad = [t for t in taus if not 0.0 <= t <= 1.0]
+    if bad:
+        raise SystemExit(f"--logit-adjust: {bad} outside [0, 1] (0 = the model as trained, 1 = the resampling undone)")
+    return taus
 
 
 def _probe_explore(args) -> int:
@@ -226,6 +258,14 @@ def add_verbs(verbs) -> None:
     )
     a.add_argument("--run-dir", type=Path, required=True)
     a.add_argument("--episodes", type=int, default=30, help="validation episodes the teacher plays")
+    a.add_argument(
+        "--logit-adjust",
+        default=None,
+        metavar="TAUS",
+        help="for an SFT trained with sft.kind_balance: agreement with tau * log(trained share / corpus share) of its "
+        "kind subtracted from each candidate's score, for each comma-separated tau in [0, 1], the states scored once "
+        "(sft/logit_adjust.json)",
+    )
     a.set_defaults(func=_agreement)
     p = verbs.add_parser(
         "probe-explore",

@@ -15,6 +15,7 @@ The stage records the figures, prints them, and warns loudly on a collapse; the 
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter, defaultdict
 
@@ -50,11 +51,10 @@ def teacher_rows(spec, seeds) -> list[tuple[list[dict], list[str], list[str], st
     return [row for rows in teacher_episodes(spec, seeds) for row in rows]
 
 
-def agreement(config, loaded, episodes: int) -> dict:
-    """At every state of the teacher's episodes on `episodes` validation seeds: whether the model's most likely
-    candidate is the teacher's, overall and per kind of the teacher's action (with the mean probability the model
-    gives the teacher's answer, renormalised over the offered candidates), and the most frequent confusions between
-    kinds (teacher's kind -> the model's; a confusion within a kind is a wrong target, e.g. the wrong drug)."""
+def teacher_state_scores(config, loaded, episodes: int) -> tuple[list[tuple], list[list[float]]]:
+    """The teacher's states on `episodes` validation seeds (`teacher_episodes`) and the model's log-likelihood of
+    every offered candidate at each, episode by episode (with `model.episode_cache_mb`, each episode keeping its
+    cache across its states)."""
     by_episode = teacher_episodes(config.spec, validation_seeds(episodes))
     rows = [row for states in by_episode for row in states]
     if not rows:
@@ -64,21 +64,28 @@ def agreement(config, loaded, episodes: int) -> dict:
         scored = score_episodes(
             model, tokenizer, [[r[:2] for r in states] for states in by_episode], config.model.episode_cache_mb
         )
-        scores = [values for states in scored for values in states]
-    else:
-        scores = score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
+        return rows, [values for states in scored for values in states]
+    return rows, score_answers(model, tokenizer, [r[0] for r in rows], [r[1] for r in rows])
+
+
+def tally(rows: list[tuple], scores: list[list[float]], shift: dict[str, float] | None = None) -> dict:
+    """Agreement with the teacher at its states (`teacher_state_scores`): overall, per kind of the teacher's action
+    (with the mean probability of the teacher's answer, renormalised over the offered candidates), and the most
+    frequent confusions between kinds. `shift` (kind -> a number) is subtracted from the score of every candidate of
+    that kind first: the logit adjustment (`logit_adjusted`)."""
+    shift = shift or {}
     tallies: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # kind -> states, agreed, p(teacher's)
     confusions: Counter = Counter()
-    for (_, _, ids, teacher, kind), values in zip(rows, scores):
+    for (_, _, ids, teacher, kind), raw in zip(rows, scores):
+        values = [v - shift.get(kind[i], 0.0) for i, v in zip(ids, raw)]
         pick = ids[max(range(len(values)), key=values.__getitem__)]
-        tally = tallies[kind[teacher]]
-        tally[0] += 1
-        tally[1] += pick == teacher
-        tally[2] += distribution(values)[ids.index(teacher)]
+        counts = tallies[kind[teacher]]
+        counts[0] += 1
+        counts[1] += pick == teacher
+        counts[2] += distribution(values)[ids.index(teacher)]
         if pick != teacher:
             confusions[f"{kind[teacher]} -> {kind[pick]}"] += 1
     return {
-        "episodes": episodes,
         "teacher_states": len(rows),
         "agreement": round(sum(t[1] for t in tallies.values()) / len(rows), 4),
         "by_kind": {
@@ -86,7 +93,44 @@ def agreement(config, loaded, episodes: int) -> dict:
             for kind, (n, right, p) in sorted(tallies.items())
         },
         "confusions": dict(confusions.most_common(8)),
+    }
+
+
+def agreement(config, loaded, episodes: int) -> dict:
+    """At every state of the teacher's episodes on `episodes` validation seeds: whether the model's most likely
+    candidate is the teacher's, overall and per kind of the teacher's action (`tally`), and the teacher's mix of
+    actions."""
+    rows, scores = teacher_state_scores(config, loaded, episodes)
+    return {
+        "episodes": episodes,
+        **tally(rows, scores),
         "teacher_mix": dict(Counter(r[3] for r in rows).most_common()),
+    }
+
+
+def kind_log_weights(kind_mix: dict[str, dict[str, float]]) -> dict[str, float]:
+    """log(trained share / corpus share) per kind of answer, from the SFT stage record's `kind_mix`
+    (`sft.kind_balance`): the factor by which the resampling multiplied each kind's prior.
+
+    >>> mix = {"corpus": {"a": 0.9, "b": 0.1}, "trained": {"a": 0.6, "b": 0.4}}
+    >>> {k: round(v, 3) for k, v in kind_log_weights(mix).items()}
+    {'a': -0.405, 'b': 1.386}
+    """
+    corpus, trained = kind_mix["corpus"], kind_mix["trained"]
+    missing = sorted(k for k in corpus if not trained.get(k)) + sorted(k for k in trained if not corpus.get(k))
+    if missing:
+        raise ValueError(f"kind_mix has no share on both sides for {missing}: cannot weigh their resampling")
+    return {k: math.log(trained[k] / corpus[k]) for k in corpus}
+
+
+def logit_adjusted(config, loaded, episodes: int, log_weights: dict[str, float], taus: list[float]) -> dict:
+    """Agreement at the teacher's states with tau * log_weights[kind] subtracted from each candidate's score, for each
+    tau (0: the model as trained; 1: the resampling's prior shift undone in full), scoring the states once."""
+    rows, scores = teacher_state_scores(config, loaded, episodes)
+    return {
+        "episodes": episodes,
+        "log_weights": {k: round(v, 4) for k, v in log_weights.items()},
+        "by_tau": {str(tau): tally(rows, scores, {k: tau * w for k, w in log_weights.items()}) for tau in taus},
     }
 
 

@@ -258,6 +258,18 @@ def _claim_honest(run_dir: Path) -> str:
             f"eval.json says {claim}={report[claim]} but the {pair} paired CI is {paired['ci95']}",
         )
         details.append(f"{claim}={report[claim]} matches {pair} paired CI {_ci(paired)}")
+    if "baselines" in report:  # a run from before 2026-12-06 pairs its RL policy with the teacher alone
+        from .evaluation.evaluate import baselines_beaten
+
+        said, found = report["baselines"], baselines_beaten(report["splits"], report["roles"])
+        _require(said == found, f"eval.json's baselines {said} are not what its paired CIs show: {found}")
+        every = bool(found) and not any(v["does_not_beat"] for v in found.values())
+        _require(
+            report["beats_every_baseline"] == every,
+            f"eval.json says beats_every_baseline={report['beats_every_baseline']} but its pairs say {every}",
+        )
+        missed = sorted({name for v in found.values() for name in v["does_not_beat"]})
+        details.append(f"beats_every_baseline={every} matches the scripted pairs (not beaten: {missed or 'none'})")
     return "; ".join(details)
 
 

@@ -13,7 +13,7 @@ from lib.config import load_config
 from lib.envs.base import format_action
 from lib.evaluation import antihack
 from lib.evaluation.closed_loop import ProvenanceError, check_provenance
-from lib.evaluation.evaluate import run_evaluate
+from lib.evaluation.evaluate import baseline_pair, run_evaluate
 from lib.export.merge import ExportExistsError, compare_outputs, merge_adapter, run_export
 from lib.export.postsave import PostsaveError, activate, load_active, run_postsave
 from lib.models import weights_sha256
@@ -96,7 +96,13 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
         assert set(split["policies"]) == {"untrained", "sft", "grpo", "improver", *BASELINES}
         assert split["policies"]["improver"]["kind"] == "reference"
         assert all(split["policies"][m]["invalid_rate"] == 0 for m in ("untrained", "sft", "grpo"))  # candidates
-        assert set(split["paired"]) == {"grpo-sft", "grpo-teacher", "sft-teacher"}
+        # the teacher (heuristic) is paired by its role; every other scripted policy by its name
+        assert set(split["paired"]) == {
+            "grpo-sft",
+            "grpo-teacher",
+            "sft-teacher",
+            *(f"grpo-{name}" for name in BASELINES if name != "heuristic"),
+        }
         assert (
             split["policies"]["untrained"]["n"] == 3 < split["policies"]["grpo"]["n"] == split["policies"]["sft"]["n"]
         )
@@ -109,6 +115,12 @@ def test_eval_json_covers_models_baselines_splits_and_paired_differences(done):
         > report["splits"]["holdout"]["policies"]["random"]["mean_return"]
     )
     assert report["improved"] == (report["splits"]["holdout"]["paired"]["grpo-sft"]["ci95"][0] > 0)
+    assert set(report["baselines"]) == {"holdout", "holdout_novel"}  # held-out splits only
+    for name, verdict in report["baselines"].items():
+        assert sorted(verdict["beats"] + verdict["does_not_beat"]) == sorted(set(BASELINES) - {"oracle"})
+        for beaten in verdict["beats"]:
+            assert report["splits"][name]["paired"][baseline_pair(beaten, report["roles"])]["ci95"][0] > 0
+    assert report["beats_every_baseline"] == (not any(v["does_not_beat"] for v in report["baselines"].values()))
     assert report["backends"] == {"sft": "trl_transformers", "grpo": "trl_transformers"}
     assert set(report["ablations"]) == {"sampled", "free_text", "veto", "no_sft"}
     assert report["ablations"]["veto"]["veto_retries_per_action"] >= 0

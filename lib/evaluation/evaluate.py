@@ -37,14 +37,41 @@ from .scripted import run_policies, run_policy_episodes
 MODEL_POLICIES = ("untrained", "sft", "grpo")
 
 
-def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resamples: int) -> dict:
-    """GRPO - SFT, GRPO - teacher and SFT - teacher, paired by seed; keys name roles ("grpo-teacher")."""
+def _paired(returns: dict[str, dict[int, float]], role: dict[str, str], resamples: int, scripted=()) -> dict:
+    """GRPO - SFT, GRPO - teacher and SFT - teacher, paired by seed, keys naming roles ("grpo-teacher"); then GRPO -
+    each scripted policy in `scripted` other than the teacher, keys naming the policy ("grpo-evidence_expert")."""
     named = {**returns, **{r: returns[name] for r, name in role.items() if name in returns}}
+    pairs = [(a, b, a, b) for a, b in (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher"))]
+    pairs += [("grpo", name, "grpo", name) for name in scripted if name != role["teacher"]]
     return {
-        f"{a}-{b}": paired_difference(named[a], named[b], resamples=resamples)
-        for a, b in (("grpo", "sft"), ("grpo", "teacher"), ("sft", "teacher"))
+        f"{key_a}-{key_b}": paired_difference(named[a], named[b], resamples=resamples)
+        for a, b, key_a, key_b in pairs
         if a in named and b in named
     }
+
+
+def baseline_pair(name: str, role: dict[str, str]) -> str:
+    """The key of GRPO - `name` under a split's `paired`: the teacher's pair is named by its role."""
+    return "grpo-teacher" if name == role["teacher"] else f"grpo-{name}"
+
+
+def baselines_beaten(splits: dict, role: dict[str, str]) -> dict:
+    """Per held-out split: the scripted policies (the oracle aside, which reads what no prompt shows) that the RL
+    policy beats, its paired difference's 95% CI above zero, and those it does not, each list in eval.json's order."""
+    verdict = {}
+    for split, entry in splits.items():
+        if split == "train" or "grpo" not in entry["policies"]:
+            continue
+        names = [
+            name
+            for name, p in entry["policies"].items()
+            if p["kind"] in ("baseline", "trivial")
+            and name != role["oracle"]
+            and baseline_pair(name, role) in entry["paired"]
+        ]
+        beaten = [n for n in names if entry["paired"][baseline_pair(n, role)]["ci95"][0] > 0]
+        verdict[split] = {"beats": beaten, "does_not_beat": [n for n in names if n not in beaten]}
+    return verdict
 
 
 def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split: str, records: list[dict]):
@@ -71,7 +98,8 @@ def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split:
     for name in baseline_names:
         add(name, spec.policy_kind(name), *played[name])
     add(role["improver"], "reference", *played[role["improver"]])
-    entry = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": _paired(returns, role, resamples)}
+    paired = _paired(returns, role, resamples, baseline_names)
+    entry = {"seeds": [seeds.start, seeds.stop], "policies": summaries, "paired": paired}
     for key, target in (("gap_closure", role["oracle"]), ("gap_closure_improver", role["improver"])):
         if {"grpo", role["teacher"], target} <= set(returns):
             entry[key] = gap_or_error(returns["grpo"], returns[role["teacher"]], returns[target], resamples=resamples)
@@ -105,11 +133,16 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     holdout = splits.get("holdout", {}).get("paired", {})
     grpo_sft = holdout.get("grpo-sft", {"ci95": [0, 0]})
     grpo_teacher = holdout.get("grpo-teacher", {"ci95": [0, 0]})
+    baselines = baselines_beaten(splits, role)
     verdict = {
         "improved": grpo_sft["ci95"][0] > 0,
         "beats_teacher": grpo_teacher["ci95"][0] > 0,
+        "baselines": baselines,
+        "beats_every_baseline": bool(baselines) and not any(v["does_not_beat"] for v in baselines.values()),
         "rule": f"improved: {rl_label(config)} - SFT (grpo-sft) on holdout, paired-by-seed bootstrap 95% CI lower "
-        f"bound > 0; beats_teacher: the same for {rl_label(config)} - teacher ({role['teacher']})",
+        f"bound > 0; beats_teacher: the same for {rl_label(config)} - teacher ({role['teacher']}); "
+        f"beats_every_baseline: the same for {rl_label(config)} - every scripted policy but the oracle "
+        f"({role['oracle']}, which reads hidden state), on every held-out split (baselines: who is beaten where)",
     }
     gaps = {
         name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]
@@ -149,6 +182,7 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
         metrics={
             "improved": verdict["improved"],
             "beats_teacher": verdict["beats_teacher"],
+            "beats_every_baseline": verdict["beats_every_baseline"],
             "all_attacks_passed": anti["all_attacks_passed"],
             **{f"holdout/{k}": v["mean_return"] for k, v in holdout_policies.items()},
             "episode_records": len(records),

@@ -55,7 +55,22 @@ def headline(report: dict, label: str) -> str:
             if "mean" in split.get("gap_closure_improver", {})
             else ""
         )
+        + baselines_sentence(report, label)
     )
+
+
+def baselines_sentence(report: dict, label: str) -> str:
+    """Which scripted policies the RL policy beats on each held-out split (paired CI above zero) and which it does
+    not, the oracle aside; empty for a run from before eval.json listed them."""
+    if "baselines" not in report:
+        return ""
+    parts = []
+    for split, v in report["baselines"].items():
+        beats = ", ".join(f"`{n}`" for n in v["beats"]) or "none"
+        not_beaten = ", ".join(f"`{n}`" for n in v["does_not_beat"]) or "none"
+        parts.append(f"on {split} it beats {beats}; it does not beat {not_beaten}")
+    verdict = "beats every baseline" if report["beats_every_baseline"] else "does not beat every baseline"
+    return f" Against the scripted policies, paired by seed: {'; '.join(parts)}: {label} **{verdict}**."
 
 
 def policy_table(report: dict, split: str, label: str | None = None) -> pd.DataFrame:

@@ -93,7 +93,9 @@ def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "hold
         + (f"; {gaps}" if gaps else "")
         + ". Gate: integrity checks "
         f"{'passed' if gate['integrity_passed'] else 'FAILED'}, improved {report['improved']}, "
-        f"beats the teacher {report['beats_teacher']}.",
+        f"beats the teacher {report['beats_teacher']}"
+        + (f", beats every baseline {report['beats_every_baseline']}" if "beats_every_baseline" in report else "")
+        + ".",
     ]
     return "\n".join(lines)
 

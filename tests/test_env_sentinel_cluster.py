@@ -326,3 +326,95 @@ def test_holdout_novel_differs_as_documented():
     assert {(s.degrade_onset, s.adversary_priority) for s in train} == {(6, 4)}
     assert {(s.degrade_onset, s.adversary_priority) for s in novel} == {(3, 3)}
     assert novel_priority > train_priority + 0.5 and novel_slack < train_slack
+
+
+# ---- waits: until_change (the environment's decision rule) ------------------------------------------------
+def _until_change():
+    from lib.envs import get_spec
+
+    return get_spec("sentinel_cluster", {"waits": "until_change"})
+
+
+@pytest.mark.parametrize("split", ["holdout", "holdout_novel"])
+def test_after_a_wait_the_clock_runs_until_the_view_changes_for_every_policy(split):
+    """Every policy, the same rule: the observation after a wait never offers the decision the wait answered
+    (unless the episode ended), each skipped tick showed that same decision, and no other answer skips a tick."""
+    from lib.envs.sentinel_cluster.env import decision_view
+
+    spec = _until_change()
+    env, skipped = spec.make_env(), 0
+    for name in spec.policies:
+        for seed in range(6):
+            policy, observation = spec.make_policy(name), env.reset(seed, split)
+            policy.begin(seed)
+            while True:
+                answer, tick, before = policy.act(observation, env), observation.tick, env.ticks_skipped
+                result = env.step(answer)
+                waited = "invalid" not in result.info and result.info["action_key"] == ["wait"]
+                if not waited and not result.done:
+                    assert env.tick == tick + 1 and env.ticks_skipped == before, (name, seed, tick)
+                if result.done:
+                    break
+                if waited:
+                    assert decision_view(result.observation) != decision_view(observation), (name, seed, tick)
+                    assert env.tick == tick + 1 + env.ticks_skipped - before
+                observation = result.observation
+            skipped += env.ticks_skipped
+    assert skipped > 0
+
+
+def test_one_tick_per_answer_stays_the_default_and_until_change_asks_the_teacher_less():
+    from lib.episodes import run_episode
+
+    ticks, asked = SentinelClusterEnv(), _until_change().make_env()
+    assert ticks.waits == "one_tick" and SPEC.make_env().waits == "one_tick"
+    teacher = SPEC.make_policy(SPEC.teacher)
+    for seed in range(8):
+        old = run_episode(ticks, teacher, seed, "holdout")
+        new = run_episode(asked, teacher, seed, "holdout")
+        assert old.steps == ticks.tick and ticks.ticks_skipped == 0  # one answer, one tick
+        assert new.steps + asked.ticks_skipped == asked.tick and new.steps < old.steps
+        assert asked.tick == ticks.tick  # the same clock, fewer questions
+
+
+def test_an_invalid_answer_after_a_wait_passes_one_tick_only():
+    env = _until_change().make_env()
+    env.reset(0, "train")
+    env.step(format_action("wait"))
+    tick, before = env.tick, env.ticks_skipped
+    result = env.step("wait, please")
+    assert "invalid" in result.info and env.tick == tick + 1 and env.ticks_skipped == before
+
+
+def test_the_prompt_says_what_a_wait_does_and_a_bad_value_is_refused(env):
+    from lib.envs import EnvironmentArgsError, get_spec
+
+    long_wait = _until_change().make_env()
+    said = {e.waits: e.render(e.reset(3, "holdout")) for e in (env, long_wait)}
+    assert "wait lets the clock run until something changes" in said["until_change"][0]["content"]
+    assert {c.text for c in long_wait.reset(3, "holdout").candidates if c.kind == "wait"} == {
+        "wait until something changes"
+    }
+    assert "until something changes" not in said["one_tick"][0]["content"] + said["one_tick"][1]["content"]
+    with pytest.raises(ValueError, match="waits must be one of"):
+        get_spec("sentinel_cluster", {"waits": "forever"})
+    with pytest.raises(EnvironmentArgsError, match="accepts \\['waits'\\]"):
+        get_spec("sentinel_cluster", {"wait": "until_change"})
+
+
+def test_until_change_prompts_stay_short_and_in_the_vocabulary():
+    env, known, longest = _until_change().make_env(), set(re.findall(r"[A-Za-z]+", vocabulary())), 0
+    for seed in range(40):
+        if generate(split_seed(seed, "holdout"), False).size != 2 and seed > 3:
+            continue
+        policy, observation = SPEC.make_policy("evidence_expert"), env.reset(seed, "holdout")
+        policy.begin(seed)
+        while True:
+            text = "\n".join(m["content"] for m in env.render(observation))
+            longest = max(longest, len(text) - 1)
+            assert set(re.findall(r"[A-Za-z]+", text)) <= known
+            result = env.step(policy.act(observation, env))
+            if result.done:
+                break
+            observation = result.observation
+    assert 0 < longest <= 1800

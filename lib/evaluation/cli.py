@@ -16,7 +16,9 @@ def _baselines(args) -> int:
 
     if args.env is None:
         raise UnknownEnvironmentError(f"--env is required: one of {builtin_names()} or a dotted module path")
-    spec = get_spec(args.env)
+    from ..arguments import parse_overrides
+
+    spec = get_spec(args.env, parse_overrides(args.env_arg) or None)
     reports = {
         split: run_baselines(spec, split, args.episodes, args.seed, args.policies, env=args.env) for split in args.split
     }
@@ -89,6 +91,14 @@ def _sft_check(args) -> int:
 def add_verbs(verbs) -> None:
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
     b.add_argument("--env", default=None, help=env_help())
+    b.add_argument(
+        "--env-arg",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the environment's arguments, as a run's env_args (e.g. waits=until_change for sentinel_cluster)",
+    )
     b.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
     b.add_argument("--markdown", action="store_true", help="also print one Markdown table over the splits")
     b.add_argument("--episodes", type=int, default=500)

@@ -1,11 +1,14 @@
 """SENTINEL-cluster, the GPU-cluster scheduling environment with unreliable workers (README.md here; DATA.md for
 where its numbers come from). The registry finds `SPEC` here: `get_spec("sentinel_cluster")`."""
 
+import dataclasses
+from functools import partial
+
 from ..spec import EnvSpec
 from .attacks import ANTI_CHEAT_RULES, HARMFUL_ATTACKS
-from .env import ACTION_TEXT, SentinelClusterEnv, render
+from .env import ACTION_TEXT, WAIT_TEXT, WAITS, SentinelClusterEnv, render
 from .policies import POLICIES, ROLES
-from .render import FLAG_TEXT, SYSTEM_PROMPT
+from .render import FLAG_TEXT, SYSTEM_PROMPT, SYSTEM_PROMPT_UNTIL_CHANGE
 from .scenario import N_WORKERS, SIZES
 
 # Every fixed word the renderer writes besides the system prompt and the action texts.
@@ -29,8 +32,8 @@ def vocabulary() -> str:
         + [f"p{i}" for i in range(1, 6)]
         + [f"t{i}" for i in range(max(size[2] for size in SIZES) + 1)]
     )
-    actions = " ".join(text.replace("{}", "").strip() for text in ACTION_TEXT.values())
-    return " ".join([SYSTEM_PROMPT, PROMPT_WORDS, *FLAG_TEXT.values(), actions, *names])
+    actions = " ".join(text.replace("{}", "").strip() for text in (*ACTION_TEXT.values(), *WAIT_TEXT.values()))
+    return " ".join([SYSTEM_PROMPT, SYSTEM_PROMPT_UNTIL_CHANGE, PROMPT_WORDS, *FLAG_TEXT.values(), actions, *names])
 
 
 SPEC = EnvSpec(
@@ -45,4 +48,15 @@ SPEC = EnvSpec(
     "report progress lie",
 )
 
-__all__ = ["SPEC", "SentinelClusterEnv", "render"]
+
+def make_spec(waits: str = "one_tick") -> EnvSpec:
+    """The spec whose environments wait as `waits` says (env.py: WAITS): `one_tick`, SPEC itself; `until_change`,
+    a wait lets the clock run on until the observation changes (`env_args: {waits: until_change}`)."""
+    if waits not in WAITS:
+        raise ValueError(f"sentinel_cluster: waits must be one of {list(WAITS)}, got {waits!r}")
+    if waits == "one_tick":
+        return SPEC
+    return dataclasses.replace(SPEC, make_env=partial(SentinelClusterEnv, waits))
+
+
+__all__ = ["SPEC", "SentinelClusterEnv", "make_spec", "render"]

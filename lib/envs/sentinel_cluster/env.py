@@ -30,6 +30,32 @@ ACTION_TEXT = {
     "info": "request telemetry from {}",
     "wait": "wait one tick",
 }
+# What a wait does (the environment argument `waits`): `one_tick`, the clock moves one tick per answer; or
+# `until_change`, after a wait the clock runs on, tick by tick, until the observation shows something other than
+# the clock and the numbers that move with it (`decision_view`): a job arrives, finishes, is claimed or times
+# out, a GPU fails or recovers, a flag or a LOCKED mark changes, the offered candidates change. The rule is the
+# environment's, the same for every policy, so a model is asked only where the state it sees has changed.
+WAITS = ("one_tick", "until_change")
+WAIT_TEXT = {"one_tick": "wait one tick", "until_change": "wait until something changes"}
+
+
+def decision_view(o: Observation) -> tuple:
+    """What the observation shows besides the clock and the numbers that move with it (reported and expected
+    progress, ticks left, how far off a deadline is): the job counts, each worker's record, free memory and failed
+    GPUs, which jobs are shown with which flag and LOCKED mark, and the offered candidates. Two ticks with the same
+    view offer the same decision."""
+
+    def locked(last: int | None) -> bool:
+        return last is not None and o.tick - last < AUDIT_COOLDOWN
+
+    return (
+        o.counts,
+        o.hopeless,
+        tuple((w.name, w.free, w.down, w.ok, w.caught, w.info, locked(w.info_tick)) for w in o.workers),
+        tuple(tuple((j.name, j.flag, locked(j.audited)) for j in jobs) for jobs in (o.queue, o.running, o.claims)),
+        tuple(sorted(c.id for c in o.candidates)),
+        o.idle,
+    )
 
 
 class SentinelClusterEnv(Environment):
@@ -37,6 +63,11 @@ class SentinelClusterEnv(Environment):
     invalid_penalty = INVALID_PENALTY
     weights = WEIGHTS
     renderer = staticmethod(render)
+
+    def __init__(self, waits: str = "one_tick"):
+        if waits not in WAITS:
+            raise ValueError(f"sentinel_cluster: waits must be one of {list(WAITS)}, got {waits!r}")
+        self.waits = waits
 
     # ---- the episode (the base class runs reset and step) ---------------------------------------
     def _begin(self, internal_seed: int) -> None:
@@ -55,12 +86,28 @@ class SentinelClusterEnv(Environment):
         self.tick = 0
         self.held_ticks = self.useful_ticks = 0.0
         self._idle = 0
+        self._waited = False
+        self.ticks_skipped = 0  # ticks the clock ran on after a wait, no answer asked (`waits: until_change`)
         self._events()
 
     def _after_step(self) -> str | None:
         """Every answer is one tick: the cluster moves on, then the episode ends at the horizon or when every
-        job is closed."""
+        job is closed. With `waits: until_change`, a wait's tick is followed by as many more as pass before the
+        observation's `decision_view` differs from the one the wait answered (or the episode ends)."""
         self._advance()
+        end = self._end_reason()
+        if self.waits == "until_change" and self._waited:
+            seen = decision_view(self._obs)
+            while end is None and decision_view(self._observe()) == seen:
+                self._advance()
+                self.ticks_skipped += 1
+                end = self._end_reason()
+        return end
+
+    def _on_invalid(self) -> None:
+        self._waited = False  # an invalid answer's tick passes idly: one tick, whatever `waits` says
+
+    def _end_reason(self) -> str | None:
         if self.tick >= self.horizon:
             return "horizon"
         return "all_closed" if all(j.status in ("confirmed", "timed_out") for j in self.jobs) else None
@@ -137,6 +184,7 @@ class SentinelClusterEnv(Environment):
     def _act(self, candidate: Candidate) -> str | None:
         """The action's effect; returns the anti-cheat rule it broke, if any."""
         kind, args, t = candidate.kind, candidate.args, self.tick
+        self._waited = kind == "wait"
         if kind == "wait":
             self._idle = self._idle + 1 if any(c.kind == "alloc" for c in self._obs.candidates) else 0
             return "idle_loop" if self._idle >= IDLE_LIMIT else None
@@ -316,6 +364,7 @@ class SentinelClusterEnv(Environment):
             shown_claims,
             self._candidates(shown_queue, shown_running, shown_claims),
             self._idle,
+            self.waits,
         )
 
     def _candidates(self, queue: list[Job], running, claims) -> tuple[Candidate, ...]:
@@ -335,6 +384,5 @@ class SentinelClusterEnv(Environment):
         raw += [(f"verify:{view.name}", ("verify", view.name)) for view in claims]
         raw += [(f"info:{w.name}", ("info", w.name)) for w in self.workers]
         raw.append(("wait", ("wait",)))
-        return tuple(
-            Candidate(cid, key[0], key[1:], ACTION_TEXT[key[0]].format(*key[1:])) for cid, key in self._shuffled(raw)
-        )
+        text = {**ACTION_TEXT, "wait": WAIT_TEXT[self.waits]}
+        return tuple(Candidate(cid, key[0], key[1:], text[key[0]].format(*key[1:])) for cid, key in self._shuffled(raw))

@@ -17,6 +17,10 @@ SYSTEM_PROMPT = (
     "workers you trust, move jobs off failed GPUs, check doubtful reports. "
     'Answer with one JSON object: {"action": "<candidate>"}'
 )
+# the system prompt where a wait lets the clock run on until the observation changes (`waits: until_change`)
+SYSTEM_PROMPT_UNTIL_CHANGE = SYSTEM_PROMPT.replace(
+    "each answer takes one tick.", "each answer takes one tick, and wait lets the clock run until something changes."
+)
 FLAG_TEXT = {"down": " GPU DOWN", "ahead": " AHEAD", "early": " EARLY", "": ""}
 
 
@@ -80,4 +84,5 @@ def render(observation: Observation, list_candidates: bool = True) -> list[dict[
             f"Waited {o.idle} ticks in a row with allocations offered; wait {IDLE_LIMIT} in a row ends the episode."
         )
     lines += candidate_lines(o.candidates, list_candidates)
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+    system = SYSTEM_PROMPT_UNTIL_CHANGE if o.waits == "until_change" else SYSTEM_PROMPT
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]

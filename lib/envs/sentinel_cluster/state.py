@@ -161,3 +161,4 @@ class Observation(NamedTuple):
     claims: tuple[JobView, ...]
     candidates: tuple[Candidate, ...]
     idle: int = 0  # waits in a row while an allocation was offered (IDLE_LIMIT of them end the episode)
+    waits: str = "one_tick"  # what a wait does: the environment argument `waits` (env.py: WAITS)

@@ -251,6 +251,50 @@ def _add_bench_tokens(verbs) -> None:
     t.set_defaults(func=_bench_tokens)
 
 
+def _bench_prompt_tokens(args) -> int:
+    from transformers import AutoTokenizer
+
+    from ..arguments import parse_overrides
+    from ..embedded import resolve_model_source
+    from ..envs import get_spec
+    from ..io import atomic_write_json
+    from .prompt_tokens import prompt_token_report
+
+    env_args = parse_overrides(args.env_arg) or None
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_source(args.model))
+    report = {
+        "env": args.env,
+        "env_args": env_args or {},
+        "model": args.model,
+        **prompt_token_report(get_spec(args.env, env_args), tokenizer, range(args.episodes), args.split),
+    }
+    print(
+        f"{args.env} {env_args or ''}: {report['states_per_episode']} states an episode, "
+        f"{report['tokens_per_state']} tokens a state, {report['new_tokens_per_state']} new against the previous "
+        f"state's prompt ({report['ratio']}x); the shared run ends at: "
+        + ", ".join(f"{line!r} {n}" for line, n in report["shared_run_ends_at"].items())
+    )
+    if args.out:
+        atomic_write_json(args.out, report)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_bench_prompt_tokens(verbs) -> None:
+    t = verbs.add_parser(
+        "bench-prompt-tokens",
+        help="benchmark, tokenizer only: the prompt tokens per state of the teacher's episodes that a cache of the "
+        "previous state's prompt would leave to compute, and the line where the shared run ends",
+    )
+    t.add_argument("--env", required=True)
+    t.add_argument("--env-arg", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    t.add_argument("--episodes", type=int, default=8, help="the teacher's episodes, seeds 0..N-1")
+    t.add_argument("--split", default="holdout", choices=["train", "holdout", "holdout_novel"])
+    t.add_argument("--model", default="smollm2-135m-instruct", help="whose tokenizer (embedded name, folder or hub id)")
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_bench_prompt_tokens)
+
+
 def add_verbs(verbs) -> None:
     a = verbs.add_parser(
         "agreement",
@@ -314,6 +358,7 @@ def add_verbs(verbs) -> None:
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_bench_learner)
     _add_bench_tokens(verbs)
+    _add_bench_prompt_tokens(verbs)
     b = verbs.add_parser("bench-serve", help="load benchmark: concurrent clients against a fresh localhost server")
     b.add_argument("--env", required=True, help=env_help())
     b.add_argument("--clients", type=int, default=32)

@@ -1,0 +1,63 @@
+"""bench-prompt-tokens (lib/bench/prompt_tokens.py): the tokens a cache of the previous state's prompt would leave
+to compute, from the tokenizer alone, and the line where the shared run ends."""
+
+import pytest
+
+from lib.bench.prompt_tokens import first_changed_line, prompt_token_report
+from lib.envs import get_spec
+
+
+class CharTokenizer:
+    """One token per character of 'role: content' lines: the shared run of two prompts is their common prefix."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+
+    def __call__(self, text, add_special_tokens):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
+def _messages(*lines, system="rules"):
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def test_the_first_changed_line_is_named_by_its_head_with_digits_masked():
+    before = _messages("Patient: age 70", "Steps left: 7", "Open items: none")
+    assert (
+        first_changed_line(before, _messages("Patient: age 70", "Steps left: 6", "Open items: none")) == "Steps left:"
+    )
+    assert first_changed_line(before, _messages("Patient: age 71")) == "Patient: age"
+    assert first_changed_line(before, _messages(*before[1]["content"].split("\n"), "More")) == "(appended)"
+    assert first_changed_line(before, _messages("x", system="other")) == "(system)"
+    assert first_changed_line(before, before) == "(none)"
+
+
+def test_new_tokens_are_what_follows_the_run_shared_with_the_previous_state():
+    spec, tokenizer = get_spec("sentinel_cluster"), CharTokenizer()
+    report = prompt_token_report(spec, tokenizer, range(2), "holdout")
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    from lib.episodes import run_episode
+
+    texts = []
+    for seed in range(2):
+        episode = [
+            tokenizer.apply_chat_template(env.render(t["observation"]), True, False)
+            for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions
+        ]
+        texts.append(episode)
+    tokens = sum(len(t) for episode in texts for t in episode)
+    new = 0
+    for episode in texts:
+        new += len(episode[0])
+        for a, b in zip(episode, episode[1:]):
+            shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            new += len(b) - shared
+    states = sum(map(len, texts))
+    assert report["states"] == states and report["tokens_per_state"] == round(tokens / states, 1)
+    assert report["new_tokens_per_state"] == round(new / states, 1) and report["ratio"] == round(tokens / new, 2)
+    assert sum(report["shared_run_ends_at"].values()) <= states - 2 and "Tick ##" in report["shared_run_ends_at"]
+
+
+def test_no_state_is_an_error():
+    with pytest.raises(ValueError, match="no state"):
+        prompt_token_report(get_spec("sentinel_cluster"), CharTokenizer(), range(0), "holdout")

@@ -308,8 +308,9 @@ class AggrevateStageConfig(Strict):
         ge=1,
         le=5,
         description="play-label-fit rounds. Round k's policy (the SFT model with round k-1's adapter) "
-        "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and round "
-        "k-1's adapter is trained further on them; 1: the SFT policy's states only",
+        "plays corpus.sft_episodes fresh train episodes, the improver labels the states it reached, and a fresh "
+        "adapter on the SFT model is fitted to every round's rows so far (DAgger's aggregate); 1: the SFT policy's "
+        "states only",
     )
 
 

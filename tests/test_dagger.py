@@ -78,7 +78,8 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
 ):
     """rl.algorithm aggrevate (lib/training/aggrevate.py): the SFT model plays its own train episodes, the improver
     labels every state it reached, and an adapter trained on those labels is the RL stage's model; a second round's
-    policy plays with the first round's adapter and trains it further."""
+    policy plays with the first round's adapter, and a fresh adapter is fitted to both rounds' rows (DAgger's
+    aggregate)."""
     import json
 
     from lib.config import ConfigError
@@ -112,6 +113,14 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
         return load_policy_model(model_dir, model_config, adapter_dir)
 
     monkeypatch.setattr(aggrevate, "load_policy_model", spy)
+    fitted = []  # the rows each round's fit trained on
+
+    def fit_spy(config, run, out, stage, base_model, rows, callbacks):
+        fitted.append([(r["seed"], r["round"], json.dumps(r["completion"], sort_keys=True)) for r in rows])
+        return fit(config, run, out, stage, base_model, rows, callbacks)
+
+    fit = aggrevate._fit
+    monkeypatch.setattr(aggrevate, "_fit", fit_spy)
     (first,) = run_rl(config, base)["metrics"]["rounds"]  # round 1: the SFT policy plays
     assert played_with == [(None, None)]
     base_log = (target / "grpo" / "train_log.jsonl").read_text()
@@ -128,6 +137,12 @@ def test_aggrevate_fits_the_improvers_labels_at_the_policys_own_states_and_evalu
     assert len(played_with) == 2 and played_with[1][1] == first["adapter_sha256"]
     assert second["adapter_sha256"] == metrics["adapter_sha256"] != first["adapter_sha256"]
     assert first["seeds"][1] == second["seeds"][0] and first["rows"] + second["rows"] == len(rows)
+    # round 2 fitted a fresh adapter to round 1's rows and its own: every row of the stage, each once
+    assert len(fitted) == 2 and len(fitted[0]) == first["rows"] == first["trained_rows"]
+    assert sorted(fitted[1]) == sorted(
+        (r["seed"], r["round"], json.dumps(r["completion"], sort_keys=True)) for r in rows
+    )
+    assert second["trained_rows"] == len(rows) and {row[1] for row in fitted[1]} == {1, 2}
     assert rows[: first["rows"]] == read_records(target / "grpo" / "rows.jsonl")
     for round_ in (first, second):
         assert {r["seed"] for r in rows if r["round"] == round_["round"]} <= set(range(*round_["seeds"]))

@@ -15,9 +15,12 @@ seeds of their own block (`AGGREVATE_SEED_OFFSET`), and writes grpo/adapter as G
 gate and the report read it the same way.
 
 `aggrevate.rounds` > 1 iterates (DAgger's loop): round k's policy, the SFT model with round k-1's adapter, plays as many
-fresh episodes on the next seeds of the block, the improver labels the states it reached, and round k-1's adapter is
-trained further on those rows. One round labels only states the SFT policy reaches; a state that follows an action
-the teacher never takes (a substitution, say) is first reached, and labelled, in round 2.
+fresh episodes on the next seeds of the block, the improver labels the states it reached, and a fresh adapter on the
+SFT model is fitted to every round's rows so far, as DAgger and AggreVaTe aggregate them (Ross et al. 2011; Ross and
+Bagnell 2014). Round k trains k rounds' rows, so its fit costs k times round 1's. One round labels only states the
+SFT policy reaches; a state that follows an action the teacher never takes (a substitution, say) is first reached,
+and labelled, in round 2. (Until 2026-12-06 round k trained round k-1's adapter further on its own rows alone: two
+rounds lost -0.152 [-0.208, -0.097] against one on PolyGuard seed 2, docs/RESULTS.md.)
 
 With `rl.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
 lib/training/validation.py), so the stage has a learning curve over its rounds in grpo/validation.jsonl, its points
@@ -72,7 +75,7 @@ def train_aggrevate(config, run: Run, *, base_model: str, stage: str = "grpo") -
         atomic_write_text(out / "rows.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         logger.tag(round=round_)
         done, fitted, result = _train_round(
-            config, run, stage, base_model, round_, seeds, labelled, agree, guard, logger
+            config, run, stage, base_model, round_, seeds, labelled, rows, agree, guard, logger
         )
         losses += fitted
         rounds.append(done)
@@ -132,12 +135,13 @@ def _play(config, run: Run, stage: str, base_model: str, round_: int, rounds: li
     return seeds, labelled, agree
 
 
-def _train_round(config, run: Run, stage, base_model, round_, seeds, labelled, agree, guard, logger) -> tuple:
-    """Round `round_`'s fit of the labels (`_fit`) and its saved adapter. Returns (the round's record, its logged
-    losses, the trainer's train metrics)."""
+def _train_round(config, run: Run, stage, base_model, round_, seeds, labelled, rows, agree, guard, logger) -> tuple:
+    """Round `round_`'s fit (`_fit`): a fresh adapter on the SFT model fitted to `rows`, every round's labels so far
+    (`labelled` are this round's), saved as the stage's adapter. Returns (the round's record, its logged losses, the
+    trainer's train metrics)."""
     out = run.dir / stage
-    adapter_dir, previous = out / "adapter", (out / "adapter" if round_ > 1 else None)
-    trainer, result = _fit(config, run, out, stage, base_model, previous, labelled, [logger, guard])
+    adapter_dir = out / "adapter"
+    trainer, result = _fit(config, run, out, stage, base_model, rows, [logger, guard])
     if guard.bad_step is not None:
         raise NonFiniteLossError(
             f"AggreVaTe loss became non-finite at round {round_}, step {guard.bad_step}; nothing was saved"
@@ -150,6 +154,7 @@ def _train_round(config, run: Run, stage, base_model, round_, seeds, labelled, a
         "round": round_,
         "seeds": [seeds.start, seeds.stop],
         "rows": len(labelled),
+        "trained_rows": len(rows),  # every round's rows so far
         "policy_agrees_with_improver": agree,
         "improver_differs_from_teacher": round(changed / len(labelled), 4),
         "frac_states_zero_spread": zero_spread(labelled),
@@ -264,6 +269,7 @@ def _legacy_round(record: dict) -> dict:
         "round": 1,
         "seeds": record["inputs"]["seeds"],
         **{k: m[k] for k in keys},
+        "trained_rows": m["rows"],  # one round: its own rows
         "frac_states_zero_spread": m.get("frac_states_zero_spread"),
         "train_runtime_s": m["train_runtime_s"],
         "tokens": round((m["tokens_per_s"] or 0) * m["train_runtime_s"]),
@@ -271,19 +277,14 @@ def _legacy_round(record: dict) -> dict:
     }
 
 
-def _fit(config, run: Run, out, stage: str, base_model: str, previous, rows: list[dict], callbacks):
-    """TRL's SFTTrainer on `rows` with the sft section's settings: a fresh adapter on the SFT model (round 1), or the
-    previous round's adapter, loaded trainable, trained further. Returns (trainer, its train metrics)."""
+def _fit(config, run: Run, out, stage: str, base_model: str, rows: list[dict], callbacks):
+    """TRL's SFTTrainer on `rows` with the sft section's settings: a fresh adapter on the SFT model. Returns (trainer,
+    its train metrics)."""
     from trl import SFTTrainer
 
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
-        if previous is None:
-            model, peft = with_lora(model, config.model, backend)
-        else:
-            from peft import PeftModel
-
-            model, peft = PeftModel.from_pretrained(model, str(previous), is_trainable=True), None
+        model, peft = with_lora(model, config.model, backend)
     trainer = SFTTrainer(
         model=model,
         args=sft_args(config, run, out, stage),

@@ -295,7 +295,7 @@ def _add_bench_prompt_tokens(verbs) -> None:
     t.set_defaults(func=_bench_prompt_tokens)
 
 
-def add_verbs(verbs) -> None:
+def _add_agreement(verbs) -> None:
     a = verbs.add_parser(
         "agreement",
         help="a run's SFT model at the teacher's own states: its top candidate against the teacher's, per action kind",
@@ -311,6 +311,10 @@ def add_verbs(verbs) -> None:
         "(sft/logit_adjust.json)",
     )
     a.set_defaults(func=_agreement)
+
+
+def add_verbs(verbs) -> None:
+    _add_agreement(verbs)
     p = verbs.add_parser(
         "probe-explore",
         help="exploration on a fixed set of states: can the policy sample what "

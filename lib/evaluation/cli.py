@@ -97,7 +97,7 @@ def add_verbs(verbs) -> None:
         action="extend",
         default=[],
         metavar="KEY=VALUE",
-        help="the environment's arguments, as a run's env_args (e.g. waits=until_change for sentinel_cluster)",
+        help="the environment's arguments, as a run's env_args (each value read as YAML)",
     )
     b.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
     b.add_argument("--markdown", action="store_true", help="also print one Markdown table over the splits")

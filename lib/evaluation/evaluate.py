@@ -106,6 +106,24 @@ def _evaluate_split(config, run, loaded: dict, baseline_names: list[str], split:
     return entry, returns
 
 
+def _verdict(config, splits: dict, role: dict[str, str]) -> dict:
+    """eval.json's claims, each read off the holdout pairs (and, for the baselines, every held-out split's)."""
+    holdout = splits.get("holdout", {}).get("paired", {})
+    grpo_sft = holdout.get("grpo-sft", {"ci95": [0, 0]})
+    grpo_teacher = holdout.get("grpo-teacher", {"ci95": [0, 0]})
+    baselines = baselines_beaten(splits, role)
+    return {
+        "improved": grpo_sft["ci95"][0] > 0,
+        "beats_teacher": grpo_teacher["ci95"][0] > 0,
+        "baselines": baselines,
+        "beats_every_baseline": bool(baselines) and not any(v["does_not_beat"] for v in baselines.values()),
+        "rule": f"improved: {rl_label(config)} - SFT (grpo-sft) on holdout, paired-by-seed bootstrap 95% CI lower "
+        f"bound > 0; beats_teacher: the same for {rl_label(config)} - teacher ({role['teacher']}); "
+        f"beats_every_baseline: the same for {rl_label(config)} - every scripted policy but the oracle "
+        f"({role['oracle']}, which reads hidden state), on every held-out split (baselines: who is beaten where)",
+    }
+
+
 def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     """The evaluate stage. `policies` narrows the baseline list (tests); models are always evaluated."""
     started = run.begin("evaluate")
@@ -130,20 +148,7 @@ def run_evaluate(config, run, *, policies: list[str] | None = None) -> dict:
     sources = {name: entry[2] for name, entry in loaded.items()}
     check_provenance(records, sources)
 
-    holdout = splits.get("holdout", {}).get("paired", {})
-    grpo_sft = holdout.get("grpo-sft", {"ci95": [0, 0]})
-    grpo_teacher = holdout.get("grpo-teacher", {"ci95": [0, 0]})
-    baselines = baselines_beaten(splits, role)
-    verdict = {
-        "improved": grpo_sft["ci95"][0] > 0,
-        "beats_teacher": grpo_teacher["ci95"][0] > 0,
-        "baselines": baselines,
-        "beats_every_baseline": bool(baselines) and not any(v["does_not_beat"] for v in baselines.values()),
-        "rule": f"improved: {rl_label(config)} - SFT (grpo-sft) on holdout, paired-by-seed bootstrap 95% CI lower "
-        f"bound > 0; beats_teacher: the same for {rl_label(config)} - teacher ({role['teacher']}); "
-        f"beats_every_baseline: the same for {rl_label(config)} - every scripted policy but the oracle "
-        f"({role['oracle']}, which reads hidden state), on every held-out split (baselines: who is beaten where)",
-    }
+    verdict = _verdict(config, splits, role)
     gaps = {
         name: splits["train"]["policies"][name]["mean_return"] - splits["holdout"]["policies"][name]["mean_return"]
         for name in MODEL_POLICIES

@@ -20,7 +20,7 @@ SFT model is fitted to every round's rows so far, as DAgger and AggreVaTe aggreg
 Bagnell 2014). Round k trains k rounds' rows, so its fit costs k times round 1's. One round labels only states the
 SFT policy reaches; a state that follows an action the teacher never takes (a substitution, say) is first reached,
 and labelled, in round 2. (Until 2026-12-06 round k trained round k-1's adapter further on its own rows alone: two
-rounds lost -0.152 [-0.208, -0.097] against one on PolyGuard seed 2, docs/RESULTS.md.)
+rounds lost -0.152 [-0.208, -0.097] against one, docs/RESULTS.md of 2026-11-29.)
 
 With `rl.validate_every` > 0 the SFT policy and each round's policy play the validation seeds (greedy, closed loop,
 lib/training/validation.py), so the stage has a learning curve over its rounds in grpo/validation.jsonl, its points

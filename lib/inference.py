@@ -68,13 +68,16 @@ def candidate_actor(
     generator=None,
     distributions: bool = False,
     episode_cache_mb: int = 0,
+    kind_shift: dict[str, float] | None = None,
 ):
     """An actor for `episodes.play` that chooses among the offered candidates (`model.action_space: candidates`):
     every live episode's candidates are scored in one batched pass (lib/candidates.py) and the most likely one is
     answered (greedy), or one is sampled from the softmax at `temperature`. Answers are valid by construction; each
     episode's `extra["p_action"]` is the probability the policy gave the answer it chose, and with `distributions`
     `extra["p_answers"]` its probability of every offered answer. With `episode_cache_mb` > 0 each live episode
-    keeps its key/value cache from one state to the next, within that many MB (lib/episode_cache.py)."""
+    keeps its key/value cache from one state to the next, within that many MB (lib/episode_cache.py). `kind_shift`
+    (kind -> a number) is subtracted from the score of every candidate of that kind before it is chosen: the logit
+    adjustment that undoes `sft.kind_balance`'s shift in prior (lib/training/imitation.py: `kind_log_weights`)."""
     from .candidates import answers, choose, distribution, score_answers
     from .episode_cache import EpisodeCache
 
@@ -86,6 +89,9 @@ def candidate_actor(
         scores = score_answers(model, tokenizer, messages, options, cache=cache, keys=[id(e) for e in live])
         texts = []
         for entry, offered, logprobs in zip(live, options, scores):
+            if kind_shift:
+                kinds = [c.kind for c in entry.observation.candidates]  # the order `answers` lists them in
+                logprobs = [lp - kind_shift.get(kind, 0.0) for lp, kind in zip(logprobs, kinds)]
             probs = distribution(logprobs, temperature)
             [index] = choose(probs, greedy=greedy, generator=generator)
             entry.extra["p_action"] = round(probs[index], 6)
@@ -109,6 +115,7 @@ def model_actor(
     generator=None,
     distributions: bool = False,
     episode_cache_mb: int = 0,
+    kind_shift: dict[str, float] | None = None,
 ):
     """The model as an actor for `episodes.play`: choosing among the candidates (`action_space="candidates"`,
     `candidate_actor`, which records the policy over them with `distributions`), or generating free text that the
@@ -125,7 +132,10 @@ def model_actor(
             generator=generator,
             distributions=distributions,
             episode_cache_mb=episode_cache_mb,
+            kind_shift=kind_shift,
         )
+    if kind_shift:
+        raise ValueError("a logit adjustment by kind applies to candidate scoring (action_space 'candidates') only")
     if episode_cache_mb:
         raise ValueError("an episode cache applies to candidate scoring (action_space 'candidates') only")
     if action_space != "free":

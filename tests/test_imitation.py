@@ -137,3 +137,31 @@ def test_the_agreement_verb_refuses_logit_adjustment_without_a_kind_mix_and_bad_
         args.logit_adjust = bad
         with pytest.raises(SystemExit, match=message):
             cli._agreement(args)
+
+
+def test_a_kind_shift_at_play_moves_the_choice_off_the_shifted_kind(monkeypatch):
+    """sft-check --logit-adjust plays through `candidate_actor(kind_shift=...)`: the shift is taken off the score of
+    every candidate of its kind before the choice, and free text refuses it."""
+    from types import SimpleNamespace
+
+    from lib.envs import get_spec
+    from lib.envs.base import format_action
+    from lib.inference import candidate_actor, model_actor
+
+    env = get_spec("sentinel_trust").make_env()
+    observation = env.reset(0, "holdout")
+    kinds = {format_action(c.id): c.kind for c in observation.candidates}
+    favourite = next(a for a, k in kinds.items() if k == "verify")  # the model leans to one verification
+    monkeypatch.setattr(
+        candidates,
+        "score_answers",
+        lambda m, t, messages, options, **_: [[-1.0 + (a == favourite) for a in o] for o in options],
+    )
+    entry = SimpleNamespace(observation=observation, env=env, extra={})
+    assert candidate_actor(None, None)([entry]) == [favourite]
+    [chosen] = candidate_actor(None, None, kind_shift={"verify": 2.0})([entry])
+    assert kinds[chosen] == "delegate" and 0 < entry.extra["p_action"] < 1
+    [kept] = candidate_actor(None, None, kind_shift={"verify": 0.5})([entry])  # 0.0 - 0.5 > -1.0: still verifies
+    assert kept == favourite
+    with pytest.raises(ValueError, match="candidate scoring"):
+        model_actor(None, None, action_space="free", kind_shift={"verify": 1.0})

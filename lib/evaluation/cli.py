@@ -57,10 +57,12 @@ def _quickcheck(args) -> int:
 
 def _sft_check(args) -> int:
     from ..runs import Run, read_config
-    from .evaluate import sft_check
+    from .evaluate import check_file, sft_check
 
     config = read_config(args.run_dir)
-    report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split, args.vs)
+    if not 0.0 <= args.logit_adjust <= 1.0:
+        raise ValueError(f"--logit-adjust {args.logit_adjust}: tau must lie in [0, 1]")
+    report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split, args.vs, args.logit_adjust)
     teacher, d = report["teacher"], report["sft-teacher"]
     for name, r in report["policies"].items():
         print(f"{name:<16} {r['mean_return']:.3f}  ci95 [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
@@ -84,7 +86,10 @@ def _sft_check(args) -> int:
             f"SFT - the SFT of {args.vs}: {v['mean']:+.3f}  paired ci95 [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}]"
             f" on {v['n']} seeds"
         )
-    print(f"SFT stage: {report['sft_seconds']} s; wrote {Path(args.run_dir) / 'sft' / f'check_{args.split}.json'}")
+    if report["logit_adjust"]:
+        print(f"played with the logit adjustment {report['logit_adjust']}")
+    wrote = Path(args.run_dir) / "sft" / check_file(args.split, args.logit_adjust)
+    print(f"SFT stage: {report['sft_seconds']} s; wrote {wrote}")
     return 0
 
 
@@ -123,4 +128,12 @@ def add_verbs(verbs) -> None:
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel", "train"])
     s.add_argument("--vs", type=Path, default=None, help="another run checked the same way: pair the two SFTs by seed")
+    s.add_argument(
+        "--logit-adjust",
+        type=float,
+        default=0.0,
+        metavar="TAU",
+        help="an SFT trained with sft.kind_balance, played with TAU * log(trained share / corpus share) of each "
+        "candidate's kind taken off its score (writes sft/check_<split>_la<TAU>.json)",
+    )
     s.set_defaults(func=_sft_check)

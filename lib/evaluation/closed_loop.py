@@ -33,6 +33,7 @@ def run_model_episodes(
     batch_size: int | None = None,
     action_space: str | None = None,
     distributions: bool = False,
+    kind_shift: dict[str, float] | None = None,
 ):
     """Play every seed of the run's environment (`config.spec`) to the end with the model in `loaded` ((model,
     tokenizer, source), as `inference.load_policy_model` returns it) choosing every action: `batch_size` (default
@@ -40,7 +41,8 @@ def run_model_episodes(
     `grpo.max_completion_length` new tokens an answer, choosing among the candidates or generating free text as
     `model.action_space` (or `action_space`) says. With `veto_k` > 0 invalid free-text outputs are re-asked (the
     legality-veto ablation). Returns (episodes sorted by seed, action records); every action record carries
-    `model_source`, and with `distributions` (candidates only) `p_answers`, the policy over the offered answers."""
+    `model_source`, and with `distributions` (candidates only) `p_answers`, the policy over the offered answers.
+    `kind_shift` (candidates only) is the logit adjustment by kind of `inference.candidate_actor`."""
     model, tokenizer, source = loaded
     spec, max_new_tokens = config.spec, config.grpo.max_completion_length
     actions: list[dict] = []
@@ -58,6 +60,7 @@ def run_model_episodes(
             episode_cache_mb=config.model.episode_cache_mb
             if (action_space or config.model.action_space) == "candidates"
             else 0,
+            kind_shift=kind_shift,
         ),
         batch_size=batch_size or config.eval.batch_size,
         on_step=action_recorder(actions, source),

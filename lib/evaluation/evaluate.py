@@ -246,14 +246,20 @@ def quick_check(config, run, episodes: int = 200, split: str = "holdout", models
     return report
 
 
-def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path | None = None) -> dict:
+def sft_check(
+    config, run, episodes: int = 200, split: str = "holdout", vs: Path | None = None, logit_adjust: float = 0.0
+) -> dict:
     """The SFT model alone against its teacher, closed loop on `episodes` seeds of `split`, paired by seed: how close
     imitation came, what it cost (the sft stage's seconds) and which actions it played (the teacher's count beside).
     Needs only the sft stage, so a learner can be judged before any GRPO. With `vs` (another run checked the same
     way) it also gives this SFT - that run's SFT, paired by seed: one lever against its baseline arm. The oracle plays
     the same seeds, so the report's gap closure says how far from the teacher toward the oracle this SFT came: for the
     capacity check (improver labels), how much room a learner of this kind could reach at all, on the scale GRPO's
-    gap closure uses. Writes sft/check_<split>.json, per-seed returns included."""
+    gap closure uses. Writes sft/check_<split>.json, per-seed returns included.
+
+    `logit_adjust` tau > 0 (an SFT trained with `sft.kind_balance`) plays the SFT model with tau * log(trained share /
+    corpus share) of each candidate's kind taken off its score, and writes sft/check_<split>_la<tau>.json instead:
+    the resampling's shift in prior undone in part (tau < 1) or whole, with no retraining."""
     from collections import Counter
 
     from ..envs.base import completion_action
@@ -261,8 +267,20 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     sft = run.read_stage("sft")
     model_dir = sft_model_dir(run)
     baseline = _checked_returns(Path(vs), config.env, split) if vs is not None else None
+    shift = None
+    if logit_adjust:
+        from ..training.imitation import kind_log_weights
+
+        if not sft["metrics"].get("kind_mix"):
+            raise ValueError(
+                f"logit_adjust {logit_adjust}: {run.dir}'s SFT was not trained with sft.kind_balance (no kind_mix in "
+                "its record), so there is no resampling to undo"
+            )
+        shift = {k: logit_adjust * w for k, w in kind_log_weights(sft["metrics"]["kind_mix"]).items()}
     loaded = load_policy_model(model_dir, config.model)
-    model_episodes, model_actions = run_model_episodes(config, loaded, range(episodes), split, desc="sft-check")
+    model_episodes, model_actions = run_model_episodes(
+        config, loaded, range(episodes), split, desc="sft-check", kind_shift=shift
+    )
     teacher_name = config.spec.teacher
     teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)
     oracle_episodes, _ = run_policy_episodes(config.spec, config.spec.oracle, range(episodes), split)
@@ -283,6 +301,7 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
             "list_candidates": config.env_args.get("list_candidates", True),
         },
         "sft_seconds": sft.get("duration_s"),
+        "logit_adjust": {"tau": logit_adjust, "shift": {k: round(v, 4) for k, v in shift.items()}} if shift else None,
         "policies": {
             "sft": summarize(model_episodes, model_actions),
             teacher_name: summarize(teacher_episodes, teacher_actions),
@@ -298,8 +317,17 @@ def sft_check(config, run, episodes: int = 200, split: str = "holdout", vs: Path
     }
     if baseline is not None:
         report["vs"] = {"run": str(vs), "sft-vs": paired_difference(sft_returns, baseline)}
-    atomic_write_json(Path(run.dir) / "sft" / f"check_{split}.json", report)
+    atomic_write_json(Path(run.dir) / "sft" / check_file(split, logit_adjust), report)
     return report
+
+
+def check_file(split: str, logit_adjust: float = 0.0) -> str:
+    """The file name of an sft-check on `split`, at a logit adjustment tau (0: none).
+
+    >>> check_file("holdout"), check_file("holdout", 0.5)
+    ('check_holdout.json', 'check_holdout_la0.5.json')
+    """
+    return f"check_{split}.json" if not logit_adjust else f"check_{split}_la{logit_adjust:g}.json"
 
 
 def gap_or_error(policy: dict, teacher: dict, target: dict, resamples: int = 2000) -> dict:

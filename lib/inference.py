@@ -77,7 +77,7 @@ def candidate_actor(
     `extra["p_answers"]` its probability of every offered answer. With `episode_cache_mb` > 0 each live episode
     keeps its key/value cache from one state to the next, within that many MB (lib/episode_cache.py). `kind_shift`
     (kind -> a number) is subtracted from the score of every candidate of that kind before it is chosen: the logit
-    adjustment that undoes `sft.kind_balance`'s shift in prior (lib/training/imitation.py: `kind_log_weights`)."""
+    adjustment that undoes `sft.kind_balance`'s shift in prior (lib/stats.py: `kind_log_weights`)."""
     from .candidates import answers, choose, distribution, score_answers
     from .episode_cache import EpisodeCache
 

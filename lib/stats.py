@@ -1,6 +1,8 @@
-"""Bootstrap confidence intervals, shared by baselines and evaluation."""
+"""Bootstrap confidence intervals, shared by baselines and evaluation; the log-ratio of two mixes."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -50,3 +52,18 @@ def gap_closure(policy: dict, teacher: dict, oracle: dict, *, resamples: int = 2
     ratios = gain[index].mean(axis=1) / np.maximum(headroom[index].mean(axis=1), 1e-12)
     lo, hi = np.quantile(ratios, [0.025, 0.975])
     return {"mean": float(gain.mean() / headroom.mean()), "ci95": [float(lo), float(hi)], "n": len(seeds)}
+
+
+def kind_log_weights(kind_mix: dict[str, dict[str, float]]) -> dict[str, float]:
+    """log(trained share / corpus share) per kind of answer, from the SFT stage record's `kind_mix`
+    (`sft.kind_balance`, lib/training/balance.py): the factor by which the resampling multiplied each kind's prior.
+
+    >>> mix = {"corpus": {"a": 0.9, "b": 0.1}, "trained": {"a": 0.6, "b": 0.4}}
+    >>> {k: round(v, 3) for k, v in kind_log_weights(mix).items()}
+    {'a': -0.405, 'b': 1.386}
+    """
+    corpus, trained = kind_mix["corpus"], kind_mix["trained"]
+    missing = sorted(k for k in corpus if not trained.get(k)) + sorted(k for k in trained if not corpus.get(k))
+    if missing:
+        raise ValueError(f"kind_mix has no share on both sides for {missing}: cannot weigh their resampling")
+    return {k: math.log(trained[k] / corpus[k]) for k in corpus}

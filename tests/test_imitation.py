@@ -11,6 +11,7 @@ import lib.candidates as candidates
 import lib.training.imitation as imitation
 from lib.config import load_config
 from lib.reporting.report import _imitation_lines
+from lib.stats import kind_log_weights
 
 CONFIG = load_config("cpu-smoke", {"env": "tests.toyenv", "corpus.grpo_rollout_policies": None})
 LOADED = (None, None, {"path": "a stand-in for the model"})
@@ -111,9 +112,7 @@ def test_logit_adjustment_subtracts_each_kinds_shift_before_the_argmax():
 def test_logit_adjustment_scores_once_and_tallies_every_tau(monkeypatch):
     rows, calls = _two_kind_rows(), []
     monkeypatch.setattr(imitation, "teacher_state_scores", lambda *a: calls.append(a) or (rows, [[-0.5, 0.0]] * 4))
-    weights = imitation.kind_log_weights(
-        {"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 0.6, "rare": 0.4}}
-    )
+    weights = kind_log_weights({"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 0.6, "rare": 0.4}})
     report = imitation.logit_adjusted(CONFIG, LOADED, 4, weights, [0.0, 1.0])
     assert len(calls) == 1 and set(report["by_tau"]) == {"0.0", "1.0"}
     assert report["by_tau"]["0.0"]["by_kind"]["rare"]["agreement"] == 1.0
@@ -122,7 +121,7 @@ def test_logit_adjustment_scores_once_and_tallies_every_tau(monkeypatch):
 
 def test_logit_adjustment_refuses_a_kind_the_resampling_never_weighed():
     with pytest.raises(ValueError, match="rare"):
-        imitation.kind_log_weights({"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 1.0}})
+        kind_log_weights({"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 1.0}})
 
 
 def test_the_agreement_verb_refuses_logit_adjustment_without_a_kind_mix_and_bad_taus(tmp_path):

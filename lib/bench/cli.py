@@ -103,7 +103,8 @@ def _agreement(args) -> int:
     from ..inference import load_policy_model
     from ..io import atomic_write_json
     from ..runs import Run, read_config, read_stage_record
-    from ..training.imitation import agreement, kind_log_weights, logit_adjusted
+    from ..stats import kind_log_weights
+    from ..training.imitation import agreement, logit_adjusted
 
     taus = _taus(args.logit_adjust) if args.logit_adjust else None
     if taus is not None:

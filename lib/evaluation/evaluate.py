@@ -269,7 +269,7 @@ def sft_check(
     baseline = _checked_returns(Path(vs), config.env, split) if vs is not None else None
     shift = None
     if logit_adjust:
-        from ..training.imitation import kind_log_weights
+        from ..stats import kind_log_weights
 
         if not sft["metrics"].get("kind_mix"):
             raise ValueError(

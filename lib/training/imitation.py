@@ -15,7 +15,6 @@ The stage records the figures, prints them, and warns loudly on a collapse; the 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections import Counter, defaultdict
 
@@ -106,21 +105,6 @@ def agreement(config, loaded, episodes: int) -> dict:
         **tally(rows, scores),
         "teacher_mix": dict(Counter(r[3] for r in rows).most_common()),
     }
-
-
-def kind_log_weights(kind_mix: dict[str, dict[str, float]]) -> dict[str, float]:
-    """log(trained share / corpus share) per kind of answer, from the SFT stage record's `kind_mix`
-    (`sft.kind_balance`): the factor by which the resampling multiplied each kind's prior.
-
-    >>> mix = {"corpus": {"a": 0.9, "b": 0.1}, "trained": {"a": 0.6, "b": 0.4}}
-    >>> {k: round(v, 3) for k, v in kind_log_weights(mix).items()}
-    {'a': -0.405, 'b': 1.386}
-    """
-    corpus, trained = kind_mix["corpus"], kind_mix["trained"]
-    missing = sorted(k for k in corpus if not trained.get(k)) + sorted(k for k in trained if not corpus.get(k))
-    if missing:
-        raise ValueError(f"kind_mix has no share on both sides for {missing}: cannot weigh their resampling")
-    return {k: math.log(trained[k] / corpus[k]) for k in corpus}
 
 
 def logit_adjusted(config, loaded, episodes: int, log_weights: dict[str, float], taus: list[float]) -> dict:

@@ -17,6 +17,18 @@ def add_set(parser, help=SET_HELP) -> None:
     parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=help)
 
 
+def add_env_args(parser) -> None:
+    """`--env-arg KEY=VALUE ...`: an environment's arguments, as a run's `env_args` (read with `parse_overrides`)."""
+    parser.add_argument(
+        "--env-arg",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the environment's arguments, as a run's env_args (each value read as YAML)",
+    )
+
+
 def parse_overrides(pairs: list[str]) -> dict:
     """`--set` pairs as the config overrides they name: {"grpo.max_steps": 5, ...} (each value read as YAML)."""
     import yaml

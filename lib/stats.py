@@ -54,14 +54,20 @@ def gap_closure(policy: dict, teacher: dict, oracle: dict, *, resamples: int = 2
     return {"mean": float(gain.mean() / headroom.mean()), "ci95": [float(lo), float(hi)], "n": len(seeds)}
 
 
-def kind_log_weights(kind_mix: dict[str, dict[str, float]]) -> dict[str, float]:
+def kind_log_weights(kind_mix: dict[str, dict[str, float]] | None) -> dict[str, float]:
     """log(trained share / corpus share) per kind of answer, from the SFT stage record's `kind_mix`
     (`sft.kind_balance`, lib/training/balance.py): the factor by which the resampling multiplied each kind's prior.
+    No mix (an SFT trained without `sft.kind_balance`) is a ValueError: there is no resampling to undo.
 
     >>> mix = {"corpus": {"a": 0.9, "b": 0.1}, "trained": {"a": 0.6, "b": 0.4}}
     >>> {k: round(v, 3) for k, v in kind_log_weights(mix).items()}
     {'a': -0.405, 'b': 1.386}
     """
+    if not kind_mix:
+        raise ValueError(
+            "the SFT stage record has no kind_mix: its SFT was not trained with sft.kind_balance, so there is no "
+            "resampling to undo"
+        )
     corpus, trained = kind_mix["corpus"], kind_mix["trained"]
     missing = sorted(k for k in corpus if not trained.get(k)) + sorted(k for k in trained if not corpus.get(k))
     if missing:

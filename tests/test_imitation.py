@@ -119,7 +119,10 @@ def test_logit_adjustment_scores_once_and_tallies_every_tau(monkeypatch):
     assert report["by_tau"]["1.0"]["by_kind"]["rare"]["agreement"] == 0.0  # log 4 - log(2/3) = 1.79 > 0.5
 
 
-def test_logit_adjustment_refuses_a_kind_the_resampling_never_weighed():
+def test_logit_adjustment_refuses_a_kind_the_resampling_never_weighed_and_a_run_without_a_mix():
+    for missing in (None, {}):
+        with pytest.raises(ValueError, match="no kind_mix"):
+            kind_log_weights(missing)
     with pytest.raises(ValueError, match="rare"):
         kind_log_weights({"corpus": {"common": 0.9, "rare": 0.1}, "trained": {"common": 1.0}})
 
@@ -130,7 +133,7 @@ def test_the_agreement_verb_refuses_logit_adjustment_without_a_kind_mix_and_bad_
     (tmp_path / "sft").mkdir()
     (tmp_path / "sft" / "stage.json").write_text(json.dumps({"metrics": {"precision": "fp32"}}))
     args = type("Args", (), {"run_dir": tmp_path, "episodes": 4, "logit_adjust": "0,1"})
-    with pytest.raises(SystemExit, match="no kind_mix"):
+    with pytest.raises(ValueError, match="no kind_mix"):
         cli._agreement(args)
     for bad, message in (("0,x", "not a comma-separated"), ("0,1.5", "outside")):
         args.logit_adjust = bad

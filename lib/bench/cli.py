@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..arguments import add_set, env_help, parse_overrides
+from ..arguments import add_env_args, add_set, env_help, parse_overrides
 
 
 def _bench_train(args) -> int:
@@ -108,13 +108,7 @@ def _agreement(args) -> int:
 
     taus = _taus(args.logit_adjust) if args.logit_adjust else None
     if taus is not None:
-        mix = read_stage_record(args.run_dir, "sft").get("metrics", {}).get("kind_mix")
-        if not mix:
-            raise SystemExit(
-                f"--logit-adjust: {args.run_dir}'s SFT stage record has no kind_mix; its SFT was not trained with "
-                "sft.kind_balance, so there is no resampling to undo"
-            )
-        weights = kind_log_weights(mix)
+        weights = kind_log_weights(read_stage_record(args.run_dir, "sft").get("metrics", {}).get("kind_mix"))
     config = read_config(args.run_dir)
     loaded = load_policy_model(sft_model_dir(Run(args.run_dir, config)), config.model)
     if taus is not None:
@@ -255,7 +249,6 @@ def _add_bench_tokens(verbs) -> None:
 def _bench_prompt_tokens(args) -> int:
     from transformers import AutoTokenizer
 
-    from ..arguments import parse_overrides
     from ..embedded import resolve_model_source
     from ..envs import get_spec
     from ..io import atomic_write_json
@@ -288,7 +281,7 @@ def _add_bench_prompt_tokens(verbs) -> None:
         "previous state's prompt would leave to compute, and the line where the shared run ends",
     )
     t.add_argument("--env", required=True)
-    t.add_argument("--env-arg", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    add_env_args(t)
     t.add_argument("--episodes", type=int, default=8, help="the teacher's episodes, seeds 0..N-1")
     t.add_argument("--split", default="holdout", choices=["train", "holdout", "holdout_novel"])
     t.add_argument("--model", default="smollm2-135m-instruct", help="whose tokenizer (embedded name, folder or hub id)")

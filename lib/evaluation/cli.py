@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..arguments import env_help
+from ..arguments import add_env_args, env_help
 
 
 def _baselines(args) -> int:
@@ -60,8 +60,6 @@ def _sft_check(args) -> int:
     from .evaluate import check_file, sft_check
 
     config = read_config(args.run_dir)
-    if not 0.0 <= args.logit_adjust <= 1.0:
-        raise ValueError(f"--logit-adjust {args.logit_adjust}: tau must lie in [0, 1]")
     report = sft_check(config, Run(args.run_dir, config), args.episodes, args.split, args.vs, args.logit_adjust)
     teacher, d = report["teacher"], report["sft-teacher"]
     for name, r in report["policies"].items():
@@ -96,14 +94,7 @@ def _sft_check(args) -> int:
 def add_verbs(verbs) -> None:
     b = verbs.add_parser("baselines", help="evaluate baseline and trivial policies")
     b.add_argument("--env", default=None, help=env_help())
-    b.add_argument(
-        "--env-arg",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the environment's arguments, as a run's env_args (each value read as YAML)",
-    )
+    add_env_args(b)
     b.add_argument("--split", nargs="+", default=["holdout"], choices=["train", "holdout", "holdout_novel"])
     b.add_argument("--markdown", action="store_true", help="also print one Markdown table over the splits")
     b.add_argument("--episodes", type=int, default=500)

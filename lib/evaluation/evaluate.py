@@ -271,12 +271,9 @@ def sft_check(
     if logit_adjust:
         from ..stats import kind_log_weights
 
-        if not sft["metrics"].get("kind_mix"):
-            raise ValueError(
-                f"logit_adjust {logit_adjust}: {run.dir}'s SFT was not trained with sft.kind_balance (no kind_mix in "
-                "its record), so there is no resampling to undo"
-            )
-        shift = {k: logit_adjust * w for k, w in kind_log_weights(sft["metrics"]["kind_mix"]).items()}
+        if not 0.0 < logit_adjust <= 1.0:
+            raise ValueError(f"logit_adjust {logit_adjust}: tau must lie in [0, 1]")
+        shift = {k: logit_adjust * w for k, w in kind_log_weights(sft["metrics"].get("kind_mix")).items()}
     loaded = load_policy_model(model_dir, config.model)
     model_episodes, model_actions = run_model_episodes(
         config, loaded, range(episodes), split, desc="sft-check", kind_shift=shift

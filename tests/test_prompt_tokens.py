@@ -3,7 +3,7 @@ to compute, from the tokenizer alone, and the line where the shared run ends."""
 
 import pytest
 
-from lib.bench.prompt_tokens import first_changed_line, prompt_token_report
+from lib.bench.prompt_tokens import changed_lines, first_changed_line, prompt_token_report
 from lib.envs import get_spec
 
 
@@ -61,3 +61,31 @@ def test_new_tokens_are_what_follows_the_run_shared_with_the_previous_state():
 def test_no_state_is_an_error():
     with pytest.raises(ValueError, match="no state"):
         prompt_token_report(get_spec("sentinel_cluster"), CharTokenizer(), range(0), "holdout")
+
+
+def test_a_conversation_turn_holds_the_answer_and_only_the_lines_that_changed():
+    before = _messages("Patient: age 70", "Steps left: 7", "Open items: 2")
+    after = _messages("Patient: age 70", "Evidence: 3", "Steps left: 6", "Open items: 2")
+    assert changed_lines(before, after) == "Evidence: 3\nSteps left: 6"
+    assert changed_lines(after, after) == ""
+
+
+def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_changed_lines():
+    spec, tokenizer = get_spec("sentinel_trust"), CharTokenizer()
+    report = prompt_token_report(spec, tokenizer, range(2), "holdout")
+    env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
+    from lib.episodes import run_episode
+
+    computed = states = 0
+    for seed in range(2):
+        previous = None
+        for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions:
+            messages = env.render(t["observation"])
+            if previous is None:  # the whole first prompt, then per turn: 'assistant: ' was already read
+                computed += len(tokenizer.apply_chat_template(messages, True, False))
+            else:
+                turn = f"{answer}\nuser: {changed_lines(previous, messages)}\nassistant: "
+                computed += len(turn)
+            previous, answer, states = messages, t["action"], states + 1
+    assert report["conversation_tokens_per_state"] == round(computed / states, 1)
+    assert report["conversation_ratio"] > report["ratio"] > 1

@@ -265,7 +265,8 @@ def _bench_prompt_tokens(args) -> int:
     print(
         f"{args.env} {env_args or ''}: {report['states_per_episode']} states an episode, "
         f"{report['tokens_per_state']} tokens a state, {report['new_tokens_per_state']} new against the previous "
-        f"state's prompt ({report['ratio']}x); the shared run ends at: "
+        f"state's prompt ({report['ratio']}x), {report['conversation_tokens_per_state']} as one conversation of "
+        f"what changed ({report['conversation_ratio']}x); the shared run ends at: "
         + ", ".join(f"{line!r} {n}" for line, n in report["shared_run_ends_at"].items())
     )
     if args.out:

@@ -3,6 +3,10 @@ plays episodes, each state's prompt is tokenized as a model reads it (`candidate
 the leading run it shares with the previous state's prompt are the ones a kept cache (`model.episode_cache_mb`)
 would still compute. `python -m lib bench-prompt-tokens --env ENV [--env-arg K=V]`.
 
+It also prices a form no renderer writes yet, the episode as one conversation: each turn appends the answer played
+and a user message of only the prompt lines the previous state's prompt did not hold (`changed_lines`). The tokens a
+kept cache would compute there estimate what that form would save, before anyone trains on it.
+
 No model runs, so it costs seconds, and it says which line of the prompt ends the shared run (the first line whose
 text differs from the previous state's): a rendering whose changing lines come last shares more. The ratio tokens /
 new tokens is what a cache can save a played state at most, before the candidates' own tokens."""
@@ -35,22 +39,42 @@ def first_changed_line(before: list[dict], after: list[dict]) -> str:
     return "(appended)" if len(new) > len(old) else "(none)"
 
 
+def changed_lines(before: list[dict], after: list[dict]) -> str:
+    """The lines of `after`'s last message that `before`'s last message does not hold, in `after`'s order."""
+    held = set(before[-1]["content"].split("\n"))
+    return "\n".join(line for line in after[-1]["content"].split("\n") if line not in held)
+
+
+def _new_tokens(previous_ids, ids: list[int]) -> int:
+    """The tokens of `ids` after the run they share with `previous_ids` (all of them where there is none)."""
+    return len(ids) - (_shared_run(previous_ids, ids, len(ids)) if previous_ids is not None else 0)
+
+
 def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
     """Per state of the teacher's episodes on `seeds`: its prompt's tokens, the tokens after the run it shares with
-    the previous state's prompt (the first state: all of them), and the line where that run ends."""
+    the previous state's prompt (the first state: all of them), and the line where that run ends; and the tokens a
+    kept cache would compute were the episode one conversation of what changed (`conversation_*`)."""
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    states = tokens = new = 0
+    states = tokens = new = conversed = 0
     breaks: Counter = Counter()
     for seed in seeds:
-        previous_ids = previous = None
+        previous_ids = previous = conversation_ids = None
         for t in run_episode(env, teacher, seed, split, keep_transitions=True).transitions:
             messages = env.render(t["observation"])
             ids = prompt_ids(tokenizer, messages)
-            shared = _shared_run(previous_ids, ids, len(ids)) if previous_ids is not None else 0
-            states, tokens, new = states + 1, tokens + len(ids), new + len(ids) - shared
-            if previous is not None:
+            states, tokens, new = states + 1, tokens + len(ids), new + _new_tokens(previous_ids, ids)
+            if previous is None:
+                conversation = list(messages)
+            else:
                 breaks[first_changed_line(previous, messages)] += 1
-            previous_ids, previous = tuple(ids), messages
+                turn = [
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": changed_lines(previous, messages)},
+                ]
+                conversation += turn
+            now = prompt_ids(tokenizer, conversation)
+            conversed += _new_tokens(conversation_ids, now)
+            previous_ids, previous, conversation_ids, answer = tuple(ids), messages, tuple(now), t["action"]
     if not states:
         raise ValueError(f"the teacher's episodes on {len(seeds)} seeds have no state")
     return {
@@ -61,5 +85,7 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
         "tokens_per_state": round(tokens / states, 1),
         "new_tokens_per_state": round(new / states, 1),
         "ratio": round(tokens / new, 2),
+        "conversation_tokens_per_state": round(conversed / states, 1),
+        "conversation_ratio": round(tokens / conversed, 2),
         "shared_run_ends_at": dict(breaks.most_common(8)),
     }

@@ -266,6 +266,13 @@ class TorchChunkedLogProb:
         return logprobs, entropy, log_sum_sq_probs, mean_logits, is_top1
 
 
+# Every SFT batch is padded up to a multiple of this many tokens, so the kernels meet a few shapes. On a CPU, oneDNN
+# keeps kernels and buffers per shape: SmolLM2 (bf16, LoRA on the top 16 layers), 60 forward+backward passes of 2 rows
+# over lengths of 300-1,000 tokens grew from 1.3 GB to 4.6 GB and was still growing; padded to multiples of 64, the
+# same passes levelled at 3.0 GB, for 6% more time (docs/lab/memory/results.json, 2026-12-07).
+SFT_LENGTH_MULTIPLE = 64
+
+
 def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
     """TRL's SFTConfig from the `sft` section, logged under `stage`: the sft stage's, and the RL stage's AggreVaTe
     rounds (which fit their labels with the same settings)."""
@@ -285,6 +292,7 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
         save_strategy="no",
         gradient_checkpointing=s.gradient_checkpointing,
         train_sampling_strategy="group_by_length" if s.group_by_length else "random",
+        pad_to_multiple_of=SFT_LENGTH_MULTIPLE,
         **tracking_args(config, run, stage),
         seed=config.seed,
         data_seed=config.seed,

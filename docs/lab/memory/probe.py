@@ -31,7 +31,13 @@ g = torch.Generator().manual_seed(0)
 t0 = time.perf_counter()
 out = []
 for i in range(steps):
-    L = 400 + (i * 37) % 50 if mode == "distinct" else 425
+    # "distinct": 50 lengths 400-449; "wide": lengths 300-1000 as the SFT's batches meet them; "wide64": the same
+    # lengths padded up to a multiple of 64 (the shapes oneDNN meets: 11)
+    if mode in ("wide", "wide64"):
+        L = 300 + (i * 211) % 700
+        L = -(-L // 64) * 64 if mode == "wide64" else L
+    else:
+        L = 400 + (i * 37) % 50 if mode == "distinct" else 425
     ids = torch.randint(100, 40000, (2, L), generator=g)
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()

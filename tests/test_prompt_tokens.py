@@ -78,7 +78,7 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
 
     computed = states = 0
     for seed in range(2):
-        previous = None
+        previous, answer = None, ""
         for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions:
             messages = env.render(t["observation"])
             if previous is None:  # the whole first prompt, then per turn: 'assistant: ' was already read

@@ -59,6 +59,7 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
     breaks: Counter = Counter()
     for seed in seeds:
         previous_ids = previous = conversation_ids = None
+        answer = ""
         for t in run_episode(env, teacher, seed, split, keep_transitions=True).transitions:
             messages = env.render(t["observation"])
             ids = prompt_ids(tokenizer, messages)

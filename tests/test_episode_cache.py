@@ -16,9 +16,9 @@ from lib.evaluation.closed_loop import run_model_episodes
 ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
 
 
-def _episodes(name: str, seeds, steps: int):
+def _episodes(name: str, seeds, steps: int, args=None):
     """Per seed, the states of a holdout episode under random legal actions: [(messages, offered answers)]."""
-    spec = get_spec(name)
+    spec = get_spec(name, args)
     out = []
     for seed in seeds:
         env, rng, states = spec.make_env(), random.Random(seed), []
@@ -63,6 +63,25 @@ def test_episodes_in_lockstep_score_with_their_caches_as_a_whole_pass_and_comput
             assert _close(cached, _whole(model, tokenizer, [s for _, s in live]))
     assert cache.stats["lent"] > 0 and cache.stats["refused_weights"] == 0
     assert counts["computed_prompt_tokens"] < counts["prompt_tokens"]
+
+
+@pytest.mark.parametrize("name", ("polyguard", "json_tasks"))
+def test_an_episode_as_one_conversation_scores_as_a_whole_pass_and_computes_each_turn_only(random_model, name):
+    """Under `turns: conversation` a state's prompt extends the previous state's, answer and all: the cache lends
+    all of it, so each state computes the answer before it and the lines that changed."""
+    model, tokenizer = random_model
+    episodes = _episodes(name, range(3), 5, {"turns": "conversation"})
+    cache, scored = EpisodeCache(256), []
+    with tally_tokens() as counts:
+        for step in range(max(map(len, episodes))):
+            live = [(seed, states[step]) for seed, states in enumerate(episodes) if step < len(states)]
+            messages, offered = [m for _, (m, _) in live], [a for _, (_, a) in live]
+            cached = score_answers(model, tokenizer, messages, offered, cache=cache, keys=[k for k, _ in live])
+            scored.append((cached, [s for _, s in live]))
+    for cached, states in scored:
+        assert _close(cached, _whole(model, tokenizer, states))
+    assert cache.stats["lent"] > 0
+    assert counts["computed_prompt_tokens"] * 2 < counts["prompt_tokens"], counts
 
 
 def test_the_imitation_check_scores_the_teacher_s_episodes_with_their_caches_as_a_whole_pass(random_model):

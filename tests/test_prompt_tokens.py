@@ -3,8 +3,9 @@ to compute, from the tokenizer alone, and the line where the shared run ends."""
 
 import pytest
 
-from lib.bench.prompt_tokens import changed_lines, first_changed_line, prompt_token_report
+from lib.bench.prompt_tokens import first_changed_line, prompt_token_report
 from lib.envs import get_spec
+from lib.envs.base import changed_lines
 
 
 class CharTokenizer:
@@ -89,3 +90,27 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
             previous, answer, states = messages, t["action"], states + 1
     assert report["conversation_tokens_per_state"] == round(computed / states, 1)
     assert report["conversation_ratio"] > report["ratio"] > 1
+
+
+def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():
+    from lib.envs import EnvironmentArgsError
+    from lib.envs.base import conversation
+    from lib.episodes import run_episode
+
+    plain, talked = get_spec("polyguard"), get_spec("polyguard", {"turns": "conversation"})
+    env, state_env = talked.make_env(), plain.make_env()
+    teacher = talked.make_policy(talked.teacher)
+    transitions = run_episode(env, teacher, 5, "holdout", keep_transitions=True).transitions
+    states = [state_env.render(t["observation"]) for t in transitions]
+    answers = [t["action"] for t in transitions]
+    assert len(transitions) >= 3
+    assert env.render(transitions[0]["observation"]) == states[0]
+    third = env.render(transitions[2]["observation"])
+    assert third == conversation(states[:3], answers[:2])
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert third[2]["content"] == answers[0] and third[3]["content"] == changed_lines(states[0], states[1])
+    other = talked.make_env().reset(6, "holdout")  # a state of another environment's episode
+    with pytest.raises(ValueError, match="current episode"):
+        env.render(other)
+    with pytest.raises(EnvironmentArgsError, match="turns must be one of"):
+        get_spec("polyguard", {"turns": "chat"})

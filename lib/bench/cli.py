@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..arguments import add_env_args, add_set, env_help, parse_overrides
+from .trial_tokens import add_parser as _add_bench_trial_tokens
 
 
 def _bench_train(args) -> int:
@@ -310,6 +311,7 @@ def _add_agreement(verbs) -> None:
 
 def add_verbs(verbs) -> None:
     _add_agreement(verbs)
+    _add_bench_trial_tokens(verbs)
     p = verbs.add_parser(
         "probe-explore",
         help="exploration on a fixed set of states: can the policy sample what "

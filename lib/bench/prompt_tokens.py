@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..candidates import prompt_ids
+from ..envs.base import changed_lines
 from ..episode_cache import _shared_run
 from ..episodes import run_episode
 
@@ -37,12 +38,6 @@ def first_changed_line(before: list[dict], after: list[dict]) -> str:
         if a != b:
             return _line_head(b)
     return "(appended)" if len(new) > len(old) else "(none)"
-
-
-def changed_lines(before: list[dict], after: list[dict]) -> str:
-    """The lines of `after`'s last message that `before`'s last message does not hold, in `after`'s order."""
-    held = set(before[-1]["content"].split("\n"))
-    return "\n".join(line for line in after[-1]["content"].split("\n") if line not in held)
 
 
 def _new_tokens(previous_ids, ids: list[int]) -> int:

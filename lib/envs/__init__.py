@@ -11,9 +11,12 @@ module's `SPEC`; some, and it is what the module's `make_spec(**args)` returns. 
 configurations of one environment can be held at once (no call changes what another returns). A run's own spec is
 `RunConfig.spec`; the memo keeps a file an argument names as it was first read in this process.
 
-One argument every environment takes is handled here, not by its module: `list_candidates` (a bool, default true).
-False builds the environment so that its prompt leaves out the candidate list (`base.candidate_lines`): a learner that
-scores each offered answer itself (`model.action_space: candidates`) reads the same facts in fewer tokens.
+Two arguments every environment takes are handled here, not by its module:
+- `list_candidates` (a bool, default true). False builds the environment so that its prompt leaves out the candidate
+  list (`base.candidate_lines`): a learner that scores each offered answer itself (`model.action_space: candidates`)
+  reads the same facts in fewer tokens.
+- `turns` (`state`, the default, or `conversation`; `base.TURNS`). `conversation` writes an episode's prompt as one
+  conversation: the first state whole, then each answer and the lines that changed after it (`base.conversation`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Environment
+from .base import TURNS, Environment
 from .spec import EnvSpec
 
 _HERE = Path(__file__).parent
@@ -69,6 +72,13 @@ def _unlisted(make_env: Callable[[], Environment]) -> Environment:
     return env
 
 
+def _with_turns(make_env: Callable[[], Environment], turns: str) -> Environment:
+    """An environment of `make_env` whose prompts are written as `turns` says."""
+    env = make_env()
+    env.turns = turns
+    return env
+
+
 def _without_list(name: str, spec: EnvSpec) -> EnvSpec:
     """`spec`, its environments built with `list_candidates: false`; an environment whose renderer does not take
     that keyword is an EnvironmentArgsError."""
@@ -96,6 +106,14 @@ def get_spec(name: str, args: Mapping[str, Any] | None = None) -> EnvSpec:
     if key in _SPECS:
         return _SPECS[key]
     own = json.loads(key[1])
+    if "turns" in own:
+        turns = own.pop("turns")
+        if turns not in TURNS:
+            raise EnvironmentArgsError(f"environment {name!r}: turns must be one of {list(TURNS)}, got {turns!r}")
+        spec = get_spec(name, own or None)
+        if turns != "state":
+            spec = dataclasses.replace(spec, make_env=functools.partial(_with_turns, spec.make_env, turns))
+        return _SPECS.setdefault(key, spec)
     if "list_candidates" in own:
         listed = own.pop("list_candidates")
         if not isinstance(listed, bool):

@@ -72,6 +72,26 @@ def candidate_lines(candidates: tuple[Candidate, ...], listed: bool = True) -> l
     return ["Candidates:", *(f'- "{c.id}"' for c in candidates)] if listed else []
 
 
+TURNS = ("state", "conversation")  # how an episode's prompts are written (the environment argument `turns`)
+
+
+def changed_lines(before: list[dict], after: list[dict]) -> str:
+    """The lines of `after`'s last message that `before`'s last message does not hold, in `after`'s order: what a
+    conversation's next turn says."""
+    held = set(before[-1]["content"].split("\n"))
+    return "\n".join(line for line in after[-1]["content"].split("\n") if line not in held)
+
+
+def conversation(states: list[list[dict]], answers: list[str]) -> list[dict[str, str]]:
+    """An episode's states as one conversation: the first state's messages whole, then for each later state the
+    answer given at the one before it and a user turn of only the lines that changed (`changed_lines`)."""
+    messages = list(states[0])
+    for before, after, answer in zip(states, states[1:], answers):
+        turn = changed_lines(before, after)
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": turn}]
+    return messages
+
+
 def completion_action(completion: str) -> str:
     """The candidate id an action text names (`format_action`'s inverse), for counting what a policy played; a text
     that is no such object is its own "action"."""
@@ -174,6 +194,7 @@ class Environment(ABC):
     weights: Mapping[str, float]
     renderer: Callable[..., list[dict[str, str]]]  # the one prompt renderer: staticmethod(render)
     list_candidates: bool = True  # whether the prompt lists the candidates (`lib.envs.get_spec` sets it per spec)
+    turns: str = "state"  # "conversation": an episode's prompt is one conversation (`render`; set by get_spec)
     stochastic: bool = False  # whether outcomes are drawn at random, beyond the actions (`redraw_future` redraws them)
     budget: int  # the steps an episode may take (set by `_begin`), for the default `_after_step`
     history: list[str]  # action texts of the current episode; an invalid action is recorded as ""
@@ -192,7 +213,15 @@ class Environment(ABC):
         self._done = False
         self._begin(internal)
         self._obs = self._observe()
+        self._said: list[tuple[Any, list[dict[str, str]]]] = []  # turns: conversation's states, with what was said
+        self._answers: list[str] = []
+        self._keep_state()
         return self._obs
+
+    def _keep_state(self) -> None:
+        """Under `turns: conversation`, the current observation and its one-state messages, for `render`."""
+        if self.turns == "conversation":
+            self._said.append((self._obs, self._render_state(self._obs)))
 
     def step(self, action_text: str) -> StepResult:
         """Parse the answer strictly against the current candidates, apply it (or its invalid penalty), and end
@@ -201,6 +230,8 @@ class Environment(ABC):
             raise RuntimeError("episode is over: call reset() first")
         parsed = parse_action(action_text, self._obs.candidates)
         self._steps += 1
+        # what was said, for turns: conversation (cut where it is invalid unread: a huge answer stays small)
+        self._answers.append(action_text.strip()[:MAX_ACTION_CHARS] if isinstance(action_text, str) else "")
         exploit = end_reason = None
         if isinstance(parsed, Invalid):
             self.history.append("")  # any invalid text replays identically
@@ -242,6 +273,7 @@ class Environment(ABC):
             info["episode_return"] = 0.0 if end_reason == "invalid_limit" else clamp(self._total)
         else:
             self._obs = self._observe()
+            self._keep_state()
         return StepResult(self._obs, reward, self._done, components, info)
 
     @property
@@ -284,7 +316,24 @@ class Environment(ABC):
     def render(self, observation: Any) -> list[dict[str, str]]:
         """The chat messages a model sees for `observation`: the environment's `renderer`, the one renderer of
         every prompt (SFT data, GRPO rollouts, evaluation and post-save inference); without the candidate list
-        when this environment was built with `list_candidates: false`."""
+        when this environment was built with `list_candidates: false`.
+
+        Built with `turns: conversation`, `observation` must be a state of this environment's current episode, and
+        its prompt is the episode so far as one conversation (`conversation`): a model that keeps its cache across
+        the episode then reads each state's changed lines and the answer before them only."""
+        if self.turns == "state":
+            return self._render_state(observation)
+        said = getattr(self, "_said", [])
+        for index in range(len(said) - 1, -1, -1):
+            if said[index][0] is observation:
+                return conversation([messages for _, messages in said[: index + 1]], self._answers[:index])
+        raise ValueError(
+            f"{self.name}: with turns: conversation, render takes a state of this environment's current episode "
+            "(its conversation so far is the prompt); this observation is not one"
+        )
+
+    def _render_state(self, observation: Any) -> list[dict[str, str]]:
+        """One state's messages, as `turns: state` shows them."""
         if self.list_candidates:
             return self.renderer(observation)
         return self.renderer(observation, list_candidates=False)

@@ -11,8 +11,10 @@ than the artifact under evaluation (a planted fallback), fails the stage.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+from ..candidates import tally_tokens
 from ..config import rl_label
 from ..inference import load_policy_model
 from ..io import atomic_write_json, atomic_write_text
@@ -275,9 +277,12 @@ def sft_check(
             raise ValueError(f"logit_adjust {logit_adjust}: tau must lie in [0, 1]")
         shift = {k: logit_adjust * w for k, w in kind_log_weights(sft["metrics"].get("kind_mix")).items()}
     loaded = load_policy_model(model_dir, config.model)
-    model_episodes, model_actions = run_model_episodes(
-        config, loaded, range(episodes), split, desc="sft-check", kind_shift=shift
-    )
+    began = time.perf_counter()
+    with tally_tokens() as tokens:  # what playing cost: the prompt tokens computed per state, and the seconds
+        model_episodes, model_actions = run_model_episodes(
+            config, loaded, range(episodes), split, desc="sft-check", kind_shift=shift
+        )
+    tokens = {**tokens, "seconds": round(time.perf_counter() - began, 1)}  # the Counter, a plain dict
     teacher_name = config.spec.teacher
     teacher_episodes, teacher_actions = run_policy_episodes(config.spec, teacher_name, range(episodes), split)
     oracle_episodes, _ = run_policy_episodes(config.spec, config.spec.oracle, range(episodes), split)
@@ -296,8 +301,10 @@ def sft_check(
             "precision": sft["metrics"].get("precision", "fp32"),
             "labels": config.corpus.sft_policy or teacher_name,
             "list_candidates": config.env_args.get("list_candidates", True),
+            "turns": config.env_args.get("turns", "state"),
         },
         "sft_seconds": sft.get("duration_s"),
+        "play": {**tokens, "computed_per_state": round(tokens["computed_prompt_tokens"] / max(tokens["states"], 1), 1)},
         "logit_adjust": {"tau": logit_adjust, "shift": {k: round(v, 4) for k, v in shift.items()}} if shift else None,
         "policies": {
             "sft": summarize(model_episodes, model_actions),

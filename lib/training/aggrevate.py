@@ -41,7 +41,16 @@ from ..inference import load_policy_model
 from ..io import atomic_write_text, read_records
 from ..models import backend_for, load_model, weights_sha256, with_lora
 from ..runs import Run, seed_everything
-from .harness import FiniteLossGuard, JsonlLogger, NonFiniteLossError, progress_callbacks, save_atomically, sft_args
+from .harness import (
+    FiniteLossGuard,
+    JsonlLogger,
+    NonFiniteLossError,
+    check_prompt_length,
+    progress_callbacks,
+    save_atomically,
+    sft_args,
+    sft_trainer,
+)
 from .labelling import AGGREVATE_SEED_OFFSET, block_seeds, labelled_rows
 from .validation import LearningCurve
 
@@ -280,12 +289,13 @@ def _legacy_round(record: dict) -> dict:
 def _fit(config, run: Run, out, stage: str, base_model: str, rows: list[dict], callbacks):
     """TRL's SFTTrainer on `rows` with the sft section's settings: a fresh adapter on the SFT model. Returns (trainer,
     its train metrics)."""
-    from trl import SFTTrainer
-
     with run.lap(stage, "model load"):
         model, tokenizer, backend = load_model(base_model, config.model)
         model, peft = with_lora(model, config.model, backend)
-    trainer = SFTTrainer(
+    limit = config.sft.max_length - config.grpo.max_completion_length  # TRL would cut a longer row's answer away
+    check_prompt_length(tokenizer, [r["prompt"] for r in rows], limit, "sft.max_length less grpo.max_completion_length")
+    trainer = sft_trainer(
+        config,
         model=model,
         args=sft_args(config, run, out, stage),
         train_dataset=Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]),

@@ -129,10 +129,12 @@ def _grpo_row(env, state: dict, observation, returns: dict, reference_policy) ->
     """A GRPO prompt row: the state, its prompt, every candidate's return, the best, and the reference's own
     answer and its return."""
     reference_policy.begin(state["seed"])
-    reference_answer = reference_policy.act(env.restore(state["seed"], "train", state["history"]), env)
+    restored = env.restore(state["seed"], "train", state["history"])  # `observation`, as this env's current state
+    prompt = env.render(restored)  # before the reference acts: a policy that looks ahead moves the environment
+    reference_answer = reference_policy.act(restored, env)
     return {
         **state,
-        "prompt": env.render(observation),
+        "prompt": prompt,
         "returns": returns,
         "best_return": max(returns.values()),
         "reference_answer": reference_answer,

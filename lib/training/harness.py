@@ -29,7 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..checkpoints import write_checkpoint_manifest
 from ..config import RunConfig
 from ..distributed import is_main, wait_for_everyone
-from ..models import cuda_available, resolved_precision
+from ..models import cuda_available, is_tiny, resolved_precision
 from ..runs import TEXT_PROGRESS_ENV, Run
 
 
@@ -210,8 +210,11 @@ class FiniteLossGuard(TrainerCallback):
                 control.should_save = False
 
 
-def check_prompt_length(tokenizer, prompts: list[list[dict]], max_prompt_length: int) -> None:
-    """An error naming the first offender when any chat prompt is longer than `max_prompt_length` tokens."""
+def check_prompt_length(
+    tokenizer, prompts: list[list[dict]], max_prompt_length: int, setting: str = "grpo.max_prompt_length"
+) -> None:
+    """An error naming the first offender when any chat prompt is longer than `max_prompt_length` tokens (the limit
+    `setting` sets): a trainer would cut it, silently."""
     too_long = []
     for i, prompt in enumerate(prompts):
         n = len(
@@ -223,7 +226,7 @@ def check_prompt_length(tokenizer, prompts: list[list[dict]], max_prompt_length:
             too_long.append((i, n))
     if too_long:
         raise PromptTooLongError(
-            f"{len(too_long)} GRPO prompts exceed grpo.max_prompt_length={max_prompt_length} "
+            f"{len(too_long)} prompts exceed {setting}={max_prompt_length} "
             f"tokens (first: row {too_long[0][0]}, {too_long[0][1]} tokens); raise the limit or shorten prompts"
         )
 
@@ -269,8 +272,14 @@ class TorchChunkedLogProb:
 # Every SFT batch is padded up to a multiple of this many tokens, so the kernels meet a few shapes. On a CPU, oneDNN
 # keeps kernels and buffers per shape: SmolLM2 (bf16, LoRA on the top 16 layers), 60 forward+backward passes of 2 rows
 # over lengths of 300-1,000 tokens grew from 1.3 GB to 4.6 GB and was still growing; padded to multiples of 64, the
-# same passes levelled at 3.0 GB, for 6% more time (docs/lab/memory/results.json, 2026-12-07).
+# same passes levelled at 3.0 GB, for 6% more time (docs/lab/memory/results.json, 2026-12-07). The tiny model's SFT
+# (a few hundred MB) is left unpadded: there the padding would only cost time.
 SFT_LENGTH_MULTIPLE = 64
+
+
+def sft_length_multiple(config: RunConfig) -> int | None:
+    """The multiple SFT pads its batches to (`SFT_LENGTH_MULTIPLE`; none for the tiny model)."""
+    return None if is_tiny(config.model) else SFT_LENGTH_MULTIPLE
 
 
 def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
@@ -292,7 +301,7 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
         save_strategy="no",
         gradient_checkpointing=s.gradient_checkpointing,
         train_sampling_strategy="group_by_length" if s.group_by_length else "random",
-        pad_to_multiple_of=SFT_LENGTH_MULTIPLE,
+        pad_to_multiple_of=sft_length_multiple(config),
         **tracking_args(config, run, stage),
         seed=config.seed,
         data_seed=config.seed,
@@ -304,6 +313,28 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
         include_num_input_tokens_seen="non_padding",  # TrainerState.num_input_tokens_seen: the tokens trained on
         **precision_flags(config),
     )
+
+
+def sft_batching(config: RunConfig) -> str:
+    """How SFT (and an AggreVaTe round's fit) draws its batches: `prefix` under `env_args.turns: conversation`
+    (lib/training/packing.py: a row's prompt is then its episode so far, and rows that begin alike share one pass),
+    else `length` (`sft.group_by_length`) or `random`."""
+    if config.env_args.get("turns") == "conversation":
+        return "prefix"
+    return "length" if config.sft.group_by_length else "random"
+
+
+def sft_trainer(config: RunConfig, **kwargs):
+    """TRL's SFTTrainer with `kwargs` (model, args, train_dataset, processing_class, ...), or where
+    `sft_batching(config)` is `prefix` its prefix-packed subclass with the packing collator."""
+    if sft_batching(config) != "prefix":
+        from trl import SFTTrainer
+
+        return SFTTrainer(**kwargs)
+    from .packing import PrefixPacker, packed_trainer_class
+
+    collator = PrefixPacker(kwargs["processing_class"].pad_token_id, sft_length_multiple(config))
+    return packed_trainer_class()(data_collator=collator, **kwargs)
 
 
 def ensure_logprob_kernel() -> str:

@@ -24,10 +24,13 @@ from .harness import (
     JsonlLogger,
     NonFiniteLossError,
     check_answer_length,
+    check_prompt_length,
     ensure_logprob_kernel,
     progress_callbacks,
     save_atomically,
     sft_args,
+    sft_batching,
+    sft_trainer,
 )
 from .imitation import announce, imitation_check
 
@@ -89,16 +92,18 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         answer_tokens = check_answer_length(
             tokenizer, [r["completion"][-1]["content"] for r in rows], config.grpo.max_completion_length
         )
-    # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
-    from trl import SFTTrainer
-
     trained, kinds = _trained_rows(config, rows)
+    with run.lap("sft", "length check"):  # TRL would cut a longer row's answer away, and drop the row unsaid
+        limit = config.sft.max_length - answer_tokens
+        check_prompt_length(tokenizer, [r["prompt"] for r in trained], limit, "sft.max_length less the longest answer")
     adapter, peft = trains_adapter(config), None
     with run.lap("sft", "trainer set-up"):
         if adapter:
             model, peft = with_lora(model, config.model, backend)
         guard = FiniteLossGuard()
-        trainer = SFTTrainer(
+        # only now: with Unsloth, load_model imports it, and Unsloth replaces trl.SFTConfig/SFTTrainer with its own
+        trainer = sft_trainer(
+            config,
             model=model,
             args=sft_args(config, run, out),
             train_dataset=_sft_dataset(trained),
@@ -131,6 +136,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
         metrics={
             "backend": backend,
             "precision": resolved_precision(config.model),
+            "batching": sft_batching(config),
             "logprob_kernel": logprob_kernel,
             "steps": trainer.state.global_step,
             "answer_tokens_max": answer_tokens,
@@ -139,6 +145,7 @@ def run_sft(config: RunConfig, run: Run, extra_callbacks=()) -> dict:
             "losses": losses,
             **({"candidate_ce_first": candidate_ce[0], "candidate_ce_last": candidate_ce[-1]} if candidate_ce else {}),
             "train_tokens": tokens,
+            "rows": len(trained),
             **({"kind_mix": kinds} if kinds else {}),
             "train_runtime_s": round(runtime, 3),
             "tokens_per_s": round(tokens / runtime, 1) if runtime else None,

@@ -1,0 +1,89 @@
+"""The tokens two SFT trials computed, per trained row and per played state, read from their own records:
+`python -m lib bench-trial-tokens --before RUN --after RUN [--split holdout] [--out F]`.
+
+Each run's sft stage record gives the tokens its trainer computed (`train_tokens`) over the rows it trained
+(`rows`; for a record from before that count, the corpus's rows), and its `sft-check` file on `split` gives the
+prompt tokens its play computed per state (`play`, with the seconds). Both checks must have played the same seeds.
+The JSON puts the two ratios, before / after, at the top level (`tokens.trained_tokens_ratio`,
+`tokens.played_tokens_ratio`), beside each run's times and, where the after run was checked `--vs` the before run,
+the paired difference of their returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _trial(run_dir: Path, split: str) -> dict:
+    """One run's SFT: tokens trained per row, tokens computed per played state, and the times."""
+    from ..evaluation.evaluate import check_file
+    from ..io import read_records
+
+    stage_file, check = run_dir / "sft" / "stage.json", run_dir / "sft" / check_file(split, 0.0)
+    for needed in (stage_file, check):
+        if not needed.is_file():
+            raise FileNotFoundError(f"{needed} is missing: run the sft stage, then sft-check --split {split}")
+    stage, played = json.loads(stage_file.read_text()), json.loads(check.read_text())
+    if "play" not in played:
+        raise ValueError(f"{check} has no play record (tokens per state): check again with this version")
+    metrics = stage["metrics"]
+    rows = metrics.get("rows") or len(read_records(stage["inputs"]["sft.jsonl"], missing_ok=False))
+    return {
+        "run": str(run_dir),
+        "turns": played["learner"].get("turns", "state"),
+        "batching": metrics.get("batching"),
+        "rows": rows,
+        "train_tokens": metrics["train_tokens"],
+        "trained_per_row": round(metrics["train_tokens"] / rows, 1),
+        "train_seconds": metrics.get("train_runtime_s"),
+        "peak_rss_mb": stage.get("peak_rss_mb"),
+        "episodes": played["episodes"],
+        "played_per_state": played["play"]["computed_per_state"],
+        "play_seconds": played["play"]["seconds"],
+        "sft-teacher": played["sft-teacher"],
+        "_vs": played.get("vs"),
+    }
+
+
+def trial_tokens(before: Path, after: Path, split: str) -> dict:
+    """The two trials side by side, with the ratios before / after (see the module docstring)."""
+    was, now = _trial(Path(before), split), _trial(Path(after), split)
+    if was["episodes"] != now["episodes"]:
+        raise ValueError(f"the checks played {was['episodes']} and {now['episodes']} episodes: check both alike")
+    vs = now.pop("_vs")
+    was.pop("_vs")
+    return {
+        "tokens": {
+            "trained_tokens_ratio": round(was["trained_per_row"] / now["trained_per_row"], 2),
+            "played_tokens_ratio": round(was["played_per_state"] / now["played_per_state"], 2),
+        },
+        "split": split,
+        "before": was,
+        "after": now,
+        "after-before": vs["sft-vs"] if vs and Path(vs["run"]).resolve() == Path(before).resolve() else None,
+    }
+
+
+def _run(args) -> int:
+    from ..io import atomic_write_json
+
+    report = trial_tokens(args.before, args.after, args.split)
+    print(json.dumps({k: report[k] for k in ("tokens", "after-before")}, indent=2))
+    if args.out:
+        atomic_write_json(args.out, report)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def add_parser(verbs) -> None:
+    """The `bench-trial-tokens` verb (lib/bench/cli.py registers it)."""
+    t = verbs.add_parser(
+        "bench-trial-tokens",
+        help="benchmark, from two runs' records: tokens their SFT trained per row and their sft-check computed per "
+        "played state, and the ratios before / after",
+    )
+    t.add_argument("--before", type=Path, required=True, help="the baseline run (its sft stage and sft-check)")
+    t.add_argument("--after", type=Path, required=True, help="the changed run, checked on the same seeds")
+    t.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    t.add_argument("--out", type=Path, default=None)
+    t.set_defaults(func=_run)

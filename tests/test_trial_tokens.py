@@ -1,0 +1,44 @@
+"""bench-trial-tokens (lib/bench/trial_tokens.py): two SFT trials' tokens per trained row and per played state, read
+from their own records, and the ratios before / after."""
+
+import json
+
+import pytest
+
+from lib.bench.trial_tokens import trial_tokens
+
+
+def _trial(folder, *, rows, train_tokens, played, episodes=10, vs=None, play=True):
+    (folder / "sft").mkdir(parents=True)
+    stage = {"metrics": {"train_tokens": train_tokens, "rows": rows, "train_runtime_s": 9.0}, "inputs": {}}
+    (folder / "sft" / "stage.json").write_text(json.dumps(stage))
+    check = {
+        "episodes": episodes,
+        "learner": {"turns": "state"},
+        "sft-teacher": {"mean": 0.0},
+        **({"play": {"computed_per_state": played, "seconds": 3.0}} if play else {}),
+        **({"vs": {"run": str(vs), "sft-vs": {"mean": 0.01}}} if vs else {}),
+    }
+    (folder / "sft" / "check_holdout.json").write_text(json.dumps(check))
+    return folder
+
+
+def test_the_ratios_are_before_over_after_per_row_and_per_state(tmp_path):
+    before = _trial(tmp_path / "a", rows=100, train_tokens=50_000, played=330.0)
+    after = _trial(tmp_path / "b", rows=100, train_tokens=20_000, played=110.0, vs=tmp_path / "a")
+    report = trial_tokens(before, after, "holdout")
+    assert report["tokens"] == {"trained_tokens_ratio": 2.5, "played_tokens_ratio": 3.0}
+    assert report["after-before"] == {"mean": 0.01}
+    assert report["before"]["trained_per_row"] == 500.0 and report["after"]["trained_per_row"] == 200.0
+
+
+def test_checks_of_other_lengths_or_without_a_play_record_are_refused(tmp_path):
+    before = _trial(tmp_path / "a", rows=10, train_tokens=100, played=3.0)
+    other = _trial(tmp_path / "b", rows=10, train_tokens=100, played=3.0, episodes=20)
+    with pytest.raises(ValueError, match="played 10 and 20 episodes"):
+        trial_tokens(before, other, "holdout")
+    old = _trial(tmp_path / "c", rows=10, train_tokens=100, played=3.0, play=False)
+    with pytest.raises(ValueError, match="no play record"):
+        trial_tokens(before, old, "holdout")
+    with pytest.raises(FileNotFoundError, match="sft-check --split holdout_novel"):
+        trial_tokens(before, old, "holdout_novel")

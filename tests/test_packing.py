@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lib.training.packing import IGNORE, PrefixSampler, pack
+from lib.training.packing import IGNORE, EpisodeBatches, episode_key, pack
 
 
 def _model():
@@ -96,16 +96,19 @@ def test_a_row_with_no_answer_token_is_refused():
         pack([{"input_ids": [1, 2, 3], "labels": [IGNORE] * 3}], pad_id=0)
 
 
-def test_the_sampler_batches_rows_that_begin_alike_and_draws_each_once():
-    rows = [[3, 1], [1, 2, 3], [2, 9], [1, 2, 4], [3, 0], [2, 8], [1, 1]]
-    order = PrefixSampler(rows, batch_size=2, seed=0).order
-    assert sorted(order) == list(range(len(rows)))
-    batches = [sorted(rows[i] for i in order[k : k + 2]) for k in range(0, 6, 2)]
-    # the sorted rows, cut in twos: [1,1] [1,2,3] | [1,2,4] [2,8] | [2,9] [3,0] | [3,1], the full batches shuffled
-    assert sorted(batches) == [[[1, 1], [1, 2, 3]], [[1, 2, 4], [2, 8]], [[2, 9], [3, 0]]]
-    assert rows[order[-1]] == [3, 1]  # the short batch, last
-    assert PrefixSampler(rows, 2, seed=0).order == order
-    assert any(PrefixSampler(rows, 2, seed=s).order != order for s in range(1, 6))
+def test_each_batch_is_one_episode_s_rows_and_every_row_is_drawn_once():
+    def prompt(first, *later):
+        messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": first}]
+        for turn in later:
+            messages += [{"role": "assistant", "content": "a"}, {"role": "user", "content": turn}]
+        return messages
+
+    prompts = [prompt("A"), prompt("B"), prompt("A", "x"), prompt("C"), prompt("B", "y"), prompt("A", "x", "z")]
+    keys = [episode_key(p) for p in prompts]
+    batches = list(EpisodeBatches(keys, seed=0))
+    assert sorted(map(sorted, batches)) == [[0, 2, 5], [1, 4], [3]]
+    assert list(EpisodeBatches(keys, seed=0)) == batches
+    assert any(list(EpisodeBatches(keys, seed=s)) != batches for s in range(1, 6))
 
 
 @pytest.mark.slow

@@ -272,8 +272,9 @@ class TorchChunkedLogProb:
 # Every SFT batch is padded up to a multiple of this many tokens, so the kernels meet a few shapes. On a CPU, oneDNN
 # keeps kernels and buffers per shape: SmolLM2 (bf16, LoRA on the top 16 layers), 60 forward+backward passes of 2 rows
 # over lengths of 300-1,000 tokens grew from 1.3 GB to 4.6 GB and was still growing; padded to multiples of 64, the
-# same passes levelled at 3.0 GB, for 6% more time (docs/lab/memory/results.json, 2026-12-07). The tiny model's SFT
-# (a few hundred MB) is left unpadded: there the padding would only cost time.
+# same passes levelled at 3.0 GB (338 s against 318, the padded arm sharing the CPU for part of its run;
+# docs/lab/memory/results.json, 2026-12-07). The tiny model's SFT (a few hundred MB) is left unpadded: there the
+# padding would only cost time.
 SFT_LENGTH_MULTIPLE = 64
 
 
@@ -317,7 +318,7 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
 
 def sft_batching(config: RunConfig) -> str:
     """How SFT (and an AggreVaTe round's fit) draws its batches: `prefix` under `env_args.turns: conversation`
-    (lib/training/packing.py: a row's prompt is then its episode so far, and rows that begin alike share one pass),
+    (lib/training/packing.py: a row's prompt is then its episode so far, and a batch is one episode's rows, packed),
     else `length` (`sft.group_by_length`) or `random`."""
     if config.env_args.get("turns") == "conversation":
         return "prefix"
@@ -326,15 +327,18 @@ def sft_batching(config: RunConfig) -> str:
 
 def sft_trainer(config: RunConfig, **kwargs):
     """TRL's SFTTrainer with `kwargs` (model, args, train_dataset, processing_class, ...), or where
-    `sft_batching(config)` is `prefix` its prefix-packed subclass with the packing collator."""
+    `sft_batching(config)` is `prefix` its prefix-packed subclass with the packing collator: a batch is one
+    episode's rows (`sft.batch_size` does not apply; `sft.grad_accum` does)."""
     if sft_batching(config) != "prefix":
         from trl import SFTTrainer
 
         return SFTTrainer(**kwargs)
-    from .packing import PrefixPacker, packed_trainer_class
+    from .packing import PrefixPacker, episode_key, packed_trainer_class
 
     collator = PrefixPacker(kwargs["processing_class"].pad_token_id, sft_length_multiple(config))
-    return packed_trainer_class()(data_collator=collator, **kwargs)
+    rows = kwargs.pop("train_dataset")
+    rows = rows.add_column("episode", [episode_key(prompt) for prompt in rows["prompt"]])
+    return packed_trainer_class()(data_collator=collator, train_dataset=rows, **kwargs)
 
 
 def ensure_logprob_kernel() -> str:

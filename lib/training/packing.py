@@ -7,16 +7,17 @@ tokens: rows that begin alike share the nodes of their common beginning, each ro
 last prompt token, which predicts the answer's first, and its answer). Every token sees its ancestors only (a 4D
 attention mask) at the position it has in its own row, so each answer token is predicted from exactly the tokens of
 its own row: the loss of a packed batch is the loss of its rows, to float rounding (tests/test_packing.py), over
-fewer tokens. `PrefixSampler` orders the rows so that a batch holds rows that begin alike (sorted by their tokens,
-cut into batches, the batches shuffled); `PrefixPackedSFTTrainer` is TRL's SFTTrainer with that sampler and mask.
+fewer tokens. `EpisodeBatches` makes each batch one episode's rows, so the episode's conversation is computed
+once; `PrefixPackedSFTTrainer` is TRL's SFTTrainer with those batches and that mask.
 """
 
 from __future__ import annotations
 
+import json
 import random
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 IGNORE = -100
 
@@ -87,34 +88,43 @@ class PrefixPacker:
         return pack(examples, self.pad_id, self.multiple)
 
 
-class PrefixSampler(Sampler):
-    """Row indices in batches of rows that begin alike: sorted by their tokens, cut into batches of `batch_size`,
-    the batches shuffled with `seed` (a short last batch stays last, so no other batch is cut)."""
+def episode_key(prompt: list[dict]) -> str:
+    """Which episode a conversation row belongs to: its messages up to the first user turn (the episode's first
+    state), as JSON. Rows of one episode under `turns: conversation` begin with them and share everything up to the
+    earlier of their two states."""
+    first = next((i for i, m in enumerate(prompt) if m["role"] == "user"), len(prompt) - 1)
+    return json.dumps(prompt[: first + 1], sort_keys=True)
 
-    def __init__(self, rows: list[list[int]], batch_size: int, seed: int):
-        order = sorted(range(len(rows)), key=lambda i: rows[i])
-        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        tail = batches.pop() if batches and len(batches[-1]) < batch_size else None
-        random.Random(f"{seed}/prefix-batches").shuffle(batches)
-        self.order = [i for batch in batches + ([tail] if tail else []) for i in batch]
+
+class EpisodeBatches(Sampler):
+    """A batch sampler: each batch the rows of one episode (`episode_key`), the episodes in an order shuffled with
+    `seed`, each episode's rows in the order given."""
+
+    def __init__(self, keys: list[str], seed: int):
+        groups: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            groups.setdefault(key, []).append(index)
+        self.batches = list(groups.values())
+        random.Random(f"{seed}/episode-batches").shuffle(self.batches)
 
     def __iter__(self):
-        return iter(self.order)
+        return iter(self.batches)
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.batches)
 
 
 def packed_trainer_class():
-    """`PrefixPackedSFTTrainer`: TRL's SFTTrainer drawing `PrefixSampler` batches and reading `pack`'s mask (built
+    """`PrefixPackedSFTTrainer`: TRL's SFTTrainer drawing `EpisodeBatches` and reading `pack`'s mask (built
     on first use, as TRL's classes are imported only once the model is loaded: with Unsloth, after it patches TRL)."""
     from trl import SFTTrainer
 
     class PrefixPackedSFTTrainer(SFTTrainer):
-        def _get_train_sampler(self, train_dataset=None):
-            dataset = self.train_dataset if train_dataset is None else train_dataset
-            size = self.args.per_device_train_batch_size
-            return PrefixSampler(dataset["input_ids"], size, self.args.seed)
+        def get_train_dataloader(self):
+            keys = self.train_dataset["episode"]
+            dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+            batches = EpisodeBatches(keys, self.args.seed)
+            return self.accelerator.prepare(DataLoader(dataset, batch_sampler=batches, collate_fn=self.data_collator))
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             allowed = inputs.pop("packed_mask")

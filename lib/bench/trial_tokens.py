@@ -27,7 +27,7 @@ def _trial(run_dir: Path, split: str) -> dict:
     if "play" not in played:
         raise ValueError(f"{check} has no play record (tokens per state): check again with this version")
     metrics = stage["metrics"]
-    rows = metrics.get("rows") or len(read_records(stage["inputs"]["sft.jsonl"], missing_ok=False))
+    rows = metrics.get("rows") or len(read_records(run_dir / stage["inputs"]["sft.jsonl"], missing_ok=False))
     return {
         "run": str(run_dir),
         "turns": played["learner"].get("turns", "state"),

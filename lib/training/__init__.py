@@ -11,8 +11,9 @@ Stage map (each stage's entry point is a `run_*` function the stage list in lib/
   improver's labels at the policy's own states), `validation.py` (the learning curve, its one writer, and the best
   point);
 - shared: `harness.py` (precision, tracking and SFTConfig arguments, the guards, logging callbacks, atomic saves,
-  TRL's log-prob kernel on a CPU-only torch), `rows.py` (the one SFT row shape), `labelling.py` (the seed blocks and
-  the rows labelled at a model's own states: DAgger's and AggreVaTe's).
+  TRL's log-prob kernel on a CPU-only torch), `packing.py` (SFT batches packed by prefix under `turns:
+  conversation`, for the sft stage and AggreVaTe's fits), `rows.py` (the one SFT row shape), `labelling.py` (the seed
+  blocks and the rows labelled at a model's own states: DAgger's and AggreVaTe's).
 
 Where a lever goes: a setting in its stage's section of lib/config_sections.py, its code in that stage's module, and
 a module of its own only when it is a whole mechanism the stage calls. Stages hand over through files
@@ -36,5 +37,5 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "aggrevate",
         "validation",
     ),
-    "shared": ("harness", "rows", "labelling"),
+    "shared": ("harness", "packing", "rows", "labelling"),
 }

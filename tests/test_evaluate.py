@@ -280,7 +280,7 @@ def test_each_stage_record_says_where_its_time_went(done):
     """laps_s: the named parts of each stage, each timed once, inside the stage's own duration."""
     _, run = done
     expected = {
-        "sft": {"kernel check", "model load", "trainer set-up", "train", "save", "imitation check"},
+        "sft": {"kernel check", "model load", "length check", "trainer set-up", "train", "save", "imitation check"},
         "grpo": {"kernel check", "model load", "trainer set-up", "train", "save"},
         "export": {
             "merge and save",
@@ -602,7 +602,12 @@ def test_sft_check_pairs_the_sft_model_with_its_teacher_and_the_chart_reads_it(d
         "precision": "fp32",
         "labels": config.spec.teacher,
         "list_candidates": True,
+        "turns": "state",
     }
+    play = report["play"]  # what the SFT's play computed: one scored state a step
+    assert play["states"] == pytest.approx(sft["mean_steps"] * 4, abs=0.05) and play["seconds"] >= 0
+    assert 0 < play["computed_prompt_tokens"] <= play["prompt_tokens"]
+    assert play["computed_per_state"] == round(play["computed_prompt_tokens"] / play["states"], 1)
     assert gap_or_error({0: 0.5}, {0: 0.4}, {0: 0.4}) == {  # no headroom: said, and the check still writes
         "error": "gap_closure: the oracle does not beat the teacher on these seeds"
     }

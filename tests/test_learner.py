@@ -97,6 +97,7 @@ def test_the_learner_benchmark_reports_both_learners_the_bare_loop_and_the_ratio
     profile["corpus"]["sft_episodes"] = MICRO["corpus.sft_episodes"]
     profile["corpus"]["grpo_prompts"] = MICRO["corpus.grpo_prompts"]
     profile["grpo"]["max_completion_length"] = 32  # this fixture's tokenizer saw few prompts: longer answers
+    profile["sft"]["max_length"] = 2048  # and longer prompts: some pass 1,024 tokens, which SFT refuses to cut
     profile["env_args"] = {"list_candidates": False}  # today's path reads the list; the chosen learner does not
     path = tmp_path / "bench-profile.yaml"
     path.write_text(yaml.safe_dump(profile))

@@ -3,9 +3,9 @@ plays episodes, each state's prompt is tokenized as a model reads it (`candidate
 the leading run it shares with the previous state's prompt are the ones a kept cache (`model.episode_cache_mb`)
 would still compute. `python -m lib bench-prompt-tokens --env ENV [--env-arg K=V]`.
 
-It also prices a form no renderer writes yet, the episode as one conversation: each turn appends the answer played
-and a user message of only the prompt lines the previous state's prompt did not hold (`changed_lines`). The tokens a
-kept cache would compute there estimate what that form would save, before anyone trains on it.
+It also prices the episode as one conversation (`env_args: {turns: conversation}`, `lib.envs.base.conversation`):
+each turn the answer played and a user message of only the prompt lines the previous state's prompt did not hold.
+The tokens a kept cache would compute there are what that form saves a played state.
 
 No model runs, so it costs seconds, and it says which line of the prompt ends the shared run (the first line whose
 text differs from the previous state's): a rendering whose changing lines come last shares more. The ratio tokens /
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..candidates import prompt_ids
-from ..envs.base import changed_lines
+from ..envs.base import conversation
 from ..episode_cache import _shared_run
 from ..episodes import run_episode
 
@@ -54,23 +54,19 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
     breaks: Counter = Counter()
     for seed in seeds:
         previous_ids = previous = conversation_ids = None
-        answer = ""
+        rendered: list[list[dict]] = []
+        answers: list[str] = []
         for t in run_episode(env, teacher, seed, split, keep_transitions=True).transitions:
             messages = env.render(t["observation"])
             ids = prompt_ids(tokenizer, messages)
             states, tokens, new = states + 1, tokens + len(ids), new + _new_tokens(previous_ids, ids)
-            if previous is None:
-                conversation = list(messages)
-            else:
+            if previous is not None:
                 breaks[first_changed_line(previous, messages)] += 1
-                turn = [
-                    {"role": "assistant", "content": answer},
-                    {"role": "user", "content": changed_lines(previous, messages)},
-                ]
-                conversation += turn
-            now = prompt_ids(tokenizer, conversation)
+            rendered.append(messages)
+            now = prompt_ids(tokenizer, conversation(rendered, answers))  # as `turns: conversation` renders it
             conversed += _new_tokens(conversation_ids, now)
-            previous_ids, previous, conversation_ids, answer = tuple(ids), messages, tuple(now), t["action"]
+            previous_ids, previous, conversation_ids = tuple(ids), messages, tuple(now)
+            answers.append(t["action"])
     if not states:
         raise ValueError(f"the teacher's episodes on {len(seeds)} seeds have no state")
     return {

@@ -33,16 +33,19 @@ def test_samples_go_to_the_first_matching_bucket(tmp_path):
 def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
     """`Run.begin` resets the process's memory peak, so a stage run after a larger one in the same process records
     its own peak, not the larger one's; a stage that never called begin says its peak is the process's."""
-    import numpy as np
+    import mmap
 
     from lib.config import load_config
     from lib.runs import Run, peak_rss_mb
 
     run = Run(tmp_path / "run", load_config("cpu-smoke"))
     started = run.begin("corpus")
-    big = np.ones(400 * 1024 * 1024 // 8)  # 400 MiB, touched
+    # 400 MiB mapped straight from the kernel and touched: an allocator could hand back pages the process already
+    # holds (its RSS would not move), an anonymous map cannot, and closing it returns them.
+    big = mmap.mmap(-1, 400 * 1024 * 1024)
+    big.write(b"\x01" * len(big))
     large = run.stage_done("corpus", started=started, params={}, inputs={}, outputs={}, metrics={})
-    del big
+    big.close()
     started = run.begin("sft")
     small = run.stage_done("sft", started=started, params={}, inputs={}, outputs={}, metrics={})
     unscoped = run.stage_done("export", started=started, params={}, inputs={}, outputs={}, metrics={})

@@ -5,7 +5,7 @@ import pytest
 
 from lib.bench.prompt_tokens import first_changed_line, prompt_token_report
 from lib.envs import get_spec
-from lib.envs.base import changed_lines
+from lib.envs.turns import changed_sections
 
 
 class CharTokenizer:
@@ -64,14 +64,20 @@ def test_no_state_is_an_error():
         prompt_token_report(get_spec("sentinel_cluster"), CharTokenizer(), range(0), "holdout")
 
 
-def test_a_conversation_turn_holds_the_answer_and_only_the_lines_that_changed():
-    before = _messages("Patient: age 70", "Steps left: 7", "Open items: 2")
-    after = _messages("Patient: age 70", "Evidence: 3", "Steps left: 6", "Open items: 2")
-    assert changed_lines(before, after) == "Evidence: 3\nSteps left: 6"
-    assert changed_lines(after, after) == ""
+def test_a_conversation_turn_restates_each_changed_section_whole_and_a_grown_list_by_its_new_items():
+    before = _messages("Patient: age 70", "Evidence:", "- [2] renal: avoid", "Steps left: 7", "Candidates:", '- "a"',
+                       '- "b"', "Open items: 2")
+    after = _messages("Patient: age 70", "Evidence:", "- [1] ok", "- [2] renal: avoid", "Steps left: 6",
+                      "Candidates:", '- "b"', "Open items: 2")
+    # the evidence kept its item and gained one: its new item only; the candidate list lost one: listed again, whole
+    assert changed_sections(before, after) == 'Evidence:\n- [1] ok\nSteps left: 6\nCandidates:\n- "b"'
+    assert changed_sections(after, after) == ""
+    replaced = _messages("Patient: age 70", "Evidence:", "- none gathered yet")
+    grown = _messages("Patient: age 70", "Evidence:", "- [2] renal: avoid", "1. numbered items belong too")
+    assert changed_sections(replaced, grown) == "Evidence:\n- [2] renal: avoid\n1. numbered items belong too"
 
 
-def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_changed_lines():
+def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_changed_sections():
     spec, tokenizer = get_spec("sentinel_trust"), CharTokenizer()
     report = prompt_token_report(spec, tokenizer, range(2), "holdout")
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
@@ -85,7 +91,7 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
             if previous is None:  # the whole first prompt, then per turn: 'assistant: ' was already read
                 computed += len(tokenizer.apply_chat_template(messages, True, False))
             else:
-                turn = f"{answer}\nuser: {changed_lines(previous, messages)}\nassistant: "
+                turn = f"{answer}\nuser: {changed_sections(previous, messages)}\nassistant: "
                 computed += len(turn)
             previous, answer, states = messages, t["action"], states + 1
     assert report["conversation_tokens_per_state"] == round(computed / states, 1)
@@ -94,7 +100,7 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
 
 def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():
     from lib.envs import EnvironmentArgsError
-    from lib.envs.base import conversation
+    from lib.envs.turns import conversation
     from lib.episodes import run_episode
 
     plain, talked = get_spec("polyguard"), get_spec("polyguard", {"turns": "conversation"})
@@ -108,7 +114,7 @@ def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():
     third = env.render(transitions[2]["observation"])
     assert third == conversation(states[:3], answers[:2])
     assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert third[2]["content"] == answers[0] and third[3]["content"] == changed_lines(states[0], states[1])
+    assert third[2]["content"] == answers[0] and third[3]["content"] == changed_sections(states[0], states[1])
     other = talked.make_env().reset(6, "holdout")  # a state of another environment's episode
     with pytest.raises(ValueError, match="current episode"):
         env.render(other)

@@ -3,8 +3,8 @@ plays episodes, each state's prompt is tokenized as a model reads it (`candidate
 the leading run it shares with the previous state's prompt are the ones a kept cache (`model.episode_cache_mb`)
 would still compute. `python -m lib bench-prompt-tokens --env ENV [--env-arg K=V]`.
 
-It also prices the episode as one conversation (`env_args: {turns: conversation}`, `lib.envs.base.conversation`):
-each turn the answer played and a user message of only the prompt lines the previous state's prompt did not hold.
+It also prices the episode as one conversation (`env_args: {turns: conversation}`, `lib.envs.turns.conversation`):
+each turn the answer played and a user message of the parts of the state that changed (`changed_sections`).
 The tokens a kept cache would compute there are what that form saves a played state.
 
 No model runs, so it costs seconds, and it says which line of the prompt ends the shared run (the first line whose
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..candidates import prompt_ids
-from ..envs.base import conversation
+from ..envs.turns import conversation
 from ..episode_cache import _shared_run
 from ..episodes import run_episode
 

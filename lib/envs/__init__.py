@@ -16,7 +16,8 @@ Two arguments every environment takes are handled here, not by its module:
   list (`base.candidate_lines`): a learner that scores each offered answer itself (`model.action_space: candidates`)
   reads the same facts in fewer tokens.
 - `turns` (`state`, the default, or `conversation`; `base.TURNS`). `conversation` writes an episode's prompt as one
-  conversation: the first state whole, then each answer and the lines that changed after it (`base.conversation`).
+  conversation: the first state whole, then each answer and the parts of the state that changed after it
+  (`turns.conversation`).
 """
 
 from __future__ import annotations

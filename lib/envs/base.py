@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .turns import conversation
+
 SPLITS = ("train", "holdout", "holdout_novel")
 # Each split owns a disjoint block of internal seeds, so `train` and `holdout` can never share an episode.
 SEEDS_PER_SPLIT = 1_000_000
@@ -73,23 +75,6 @@ def candidate_lines(candidates: tuple[Candidate, ...], listed: bool = True) -> l
 
 
 TURNS = ("state", "conversation")  # how an episode's prompts are written (the environment argument `turns`)
-
-
-def changed_lines(before: list[dict], after: list[dict]) -> str:
-    """The lines of `after`'s last message that `before`'s last message does not hold, in `after`'s order: what a
-    conversation's next turn says."""
-    held = set(before[-1]["content"].split("\n"))
-    return "\n".join(line for line in after[-1]["content"].split("\n") if line not in held)
-
-
-def conversation(states: list[list[dict]], answers: list[str]) -> list[dict[str, str]]:
-    """An episode's states as one conversation: the first state's messages whole, then for each later state the
-    answer given at the one before it and a user turn of only the lines that changed (`changed_lines`)."""
-    messages = list(states[0])
-    for before, after, answer in zip(states, states[1:], answers):
-        turn = changed_lines(before, after)
-        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": turn}]
-    return messages
 
 
 def completion_action(completion: str) -> str:

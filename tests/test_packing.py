@@ -154,3 +154,4 @@ def test_sft_pads_smollm2_batches_to_a_multiple_of_64_and_leaves_the_tiny_model_
         assert args.pad_to_multiple_of == multiple
     assert sft_batching(load_config("cpu-smollm2-polyguard")) == "length"
     assert sft_batching(load_config("cpu-smoke", {"env_args": {"turns": "conversation"}})) == "prefix"
+    assert sft_batching(load_config("cpu-smoke", {"env_args": {"turns": "updates"}})) == "prefix"

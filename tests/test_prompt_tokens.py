@@ -120,3 +120,22 @@ def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():
         env.render(other)
     with pytest.raises(EnvironmentArgsError, match="turns must be one of"):
         get_spec("polyguard", {"turns": "chat"})
+
+
+def test_under_turns_updates_the_conversation_leaves_the_answers_out():
+    """`updates` holds what the state form holds (no record of the actions taken), written as the conversation's user
+    turns: each later state's prompt extends the one before it, so a kept cache still lends it."""
+    from lib.envs.turns import conversation
+    from lib.episodes import run_episode
+
+    plain, updated = get_spec("polyguard"), get_spec("polyguard", {"turns": "updates"})
+    env, state_env = updated.make_env(), plain.make_env()
+    transitions = run_episode(env, updated.make_policy(updated.teacher), 5, "holdout", keep_transitions=True).transitions
+    states = [state_env.render(t["observation"]) for t in transitions]
+    answers = [t["action"] for t in transitions]
+    third = env.render(transitions[2]["observation"])
+    assert third == conversation(states[:3], answers[:2], said=False)
+    assert [m["role"] for m in third] == ["system", "user", "user", "user"]
+    assert third[2]["content"] == changed_sections(states[0], states[1])
+    assert not any(answer in m["content"] for m in third for answer in answers[:2])
+    assert env.render(transitions[3]["observation"])[:4] == third  # the next state's prompt extends this one

@@ -15,9 +15,9 @@ Two arguments every environment takes are handled here, not by its module:
 - `list_candidates` (a bool, default true). False builds the environment so that its prompt leaves out the candidate
   list (`base.candidate_lines`): a learner that scores each offered answer itself (`model.action_space: candidates`)
   reads the same facts in fewer tokens.
-- `turns` (`state`, the default, or `conversation`; `base.TURNS`). `conversation` writes an episode's prompt as one
-  conversation: the first state whole, then each answer and the parts of the state that changed after it
-  (`turns.conversation`).
+- `turns` (`state`, the default, `conversation` or `updates`; `base.TURNS`). `conversation` writes an episode's
+  prompt as one conversation: the first state whole, then each answer and the parts of the state that changed after
+  it (`turns.conversation`). `updates` is the same without the answers: what the state form holds, as updates.
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def candidate_lines(candidates: tuple[Candidate, ...], listed: bool = True) -> l
     return ["Candidates:", *(f'- "{c.id}"' for c in candidates)] if listed else []
 
 
-TURNS = ("state", "conversation")  # how an episode's prompts are written (the environment argument `turns`)
+# how an episode's prompts are written (the environment argument `turns`): each state whole; the episode as one
+# conversation (`turns.conversation`); the same without the answers given (`updates`)
+TURNS = ("state", "conversation", "updates")
 
 
 def completion_action(completion: str) -> str:
@@ -205,7 +207,7 @@ class Environment(ABC):
 
     def _keep_state(self) -> None:
         """Under `turns: conversation`, the current observation and its one-state messages, for `render`."""
-        if self.turns == "conversation":
+        if self.turns != "state":
             self._said.append((self._obs, self._render_state(self._obs)))
 
     def step(self, action_text: str) -> StepResult:
@@ -303,17 +305,18 @@ class Environment(ABC):
         every prompt (SFT data, GRPO rollouts, evaluation and post-save inference); without the candidate list
         when this environment was built with `list_candidates: false`.
 
-        Built with `turns: conversation`, `observation` must be a state of this environment's current episode, and
-        its prompt is the episode so far as one conversation (`conversation`): a model that keeps its cache across
-        the episode then reads each state's changed lines and the answer before them only."""
+        Built with `turns: conversation` (or `updates`), `observation` must be a state of this environment's current
+        episode, and its prompt is the episode so far as one conversation (`conversation`): a model that keeps its
+        cache across the episode then reads each state's changed parts (and the answer before them) only."""
         if self.turns == "state":
             return self._render_state(observation)
         said = getattr(self, "_said", [])
         for index in range(len(said) - 1, -1, -1):
             if said[index][0] is observation:
-                return conversation([messages for _, messages in said[: index + 1]], self._answers[:index])
+                states = [messages for _, messages in said[: index + 1]]
+                return conversation(states, self._answers[:index], said=self.turns == "conversation")
         raise ValueError(
-            f"{self.name}: with turns: conversation, render takes a state of this environment's current episode "
+            f"{self.name}: with turns: {self.turns}, render takes a state of this environment's current episode "
             "(its conversation so far is the prompt); this observation is not one"
         )
 

@@ -39,11 +39,16 @@ def changed_sections(before: list[dict], after: list[dict]) -> str:
     return "\n".join(said)
 
 
-def conversation(states: list[list[dict]], answers: list[str]) -> list[dict[str, str]]:
+def conversation(states: list[list[dict]], answers: list[str], *, said: bool = True) -> list[dict[str, str]]:
     """An episode's states as one conversation: the first state's messages whole, then for each later state the
-    answer given at the one before it and a user turn of the sections that changed (`changed_sections`)."""
+    answer given at the one before it and a user turn of the sections that changed (`changed_sections`).
+
+    With `said=False` (`turns: updates`) the answers are left out: the user turns follow one another, so the
+    prompt holds what the state form's prompt holds, the state's facts and no record of the actions that led there,
+    written as the updates that built it."""
     messages = list(states[0])
     for before, after, answer in zip(states, states[1:], answers):
         turn = changed_sections(before, after)
-        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": turn}]
+        messages += [{"role": "assistant", "content": answer}] if said else []
+        messages.append({"role": "user", "content": turn})
     return messages

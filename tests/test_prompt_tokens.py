@@ -83,19 +83,23 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
     from lib.episodes import run_episode
 
-    computed = states = 0
+    computed = updated = states = 0
     for seed in range(2):
         previous, answer = None, ""
         for t in run_episode(env, teacher, seed, "holdout", keep_transitions=True).transitions:
             messages = env.render(t["observation"])
             if previous is None:  # the whole first prompt, then per turn: 'assistant: ' was already read
                 computed += len(tokenizer.apply_chat_template(messages, True, False))
+                updated += len(tokenizer.apply_chat_template(messages, True, False))
             else:
                 turn = f"{answer}\nuser: {changed_sections(previous, messages)}\nassistant: "
                 computed += len(turn)
+                # turns: updates has no answer: the new user turn replaces the 'assistant: ' the cache ended on
+                updated += len(f"user: {changed_sections(previous, messages)}\nassistant: ")
             previous, answer, states = messages, t["action"], states + 1
     assert report["conversation_tokens_per_state"] == round(computed / states, 1)
-    assert report["conversation_ratio"] > report["ratio"] > 1
+    assert report["updates_tokens_per_state"] == round(updated / states, 1)
+    assert report["updates_ratio"] > report["conversation_ratio"] > report["ratio"] > 1
 
 
 def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():

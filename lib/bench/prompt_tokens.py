@@ -5,7 +5,8 @@ would still compute. `python -m lib bench-prompt-tokens --env ENV [--env-arg K=V
 
 It also prices the episode as one conversation (`env_args: {turns: conversation}`, `lib.envs.turns.conversation`):
 each turn the answer played and a user message of the parts of the state that changed (`changed_sections`).
-The tokens a kept cache would compute there are what that form saves a played state.
+The tokens a kept cache would compute there are what that form saves a played state; `updates_*` price the same
+conversation without the answers (`env_args: {turns: updates}`).
 
 No model runs, so it costs seconds, and it says which line of the prompt ends the shared run (the first line whose
 text differs from the previous state's): a rendering whose changing lines come last shares more. The ratio tokens /
@@ -48,12 +49,13 @@ def _new_tokens(previous_ids, ids: list[int]) -> int:
 def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
     """Per state of the teacher's episodes on `seeds`: its prompt's tokens, the tokens after the run it shares with
     the previous state's prompt (the first state: all of them), and the line where that run ends; and the tokens a
-    kept cache would compute were the episode one conversation of what changed (`conversation_*`)."""
+    kept cache would compute were the episode one conversation of what changed (`conversation_*`), and the same
+    without the answers given (`updates_*`, `turns: updates`)."""
     env, teacher = spec.make_env(), spec.make_policy(spec.teacher)
-    states = tokens = new = conversed = 0
+    states = tokens = new = conversed = updated = 0
     breaks: Counter = Counter()
     for seed in seeds:
-        previous_ids = previous = conversation_ids = None
+        previous_ids = previous = conversation_ids = updates_ids = None
         rendered: list[list[dict]] = []
         answers: list[str] = []
         for t in run_episode(env, teacher, seed, split, keep_transitions=True).transitions:
@@ -65,7 +67,9 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
             rendered.append(messages)
             now = prompt_ids(tokenizer, conversation(rendered, answers))  # as `turns: conversation` renders it
             conversed += _new_tokens(conversation_ids, now)
-            previous_ids, previous, conversation_ids = tuple(ids), messages, tuple(now)
+            told = prompt_ids(tokenizer, conversation(rendered, answers, said=False))  # as `turns: updates` does
+            updated += _new_tokens(updates_ids, told)
+            previous_ids, previous, conversation_ids, updates_ids = tuple(ids), messages, tuple(now), tuple(told)
             answers.append(t["action"])
     if not states:
         raise ValueError(f"the teacher's episodes on {len(seeds)} seeds have no state")
@@ -79,5 +83,7 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
         "ratio": round(tokens / new, 2),
         "conversation_tokens_per_state": round(conversed / states, 1),
         "conversation_ratio": round(tokens / conversed, 2),
+        "updates_tokens_per_state": round(updated / states, 1),
+        "updates_ratio": round(tokens / updated, 2),
         "shared_run_ends_at": dict(breaks.most_common(8)),
     }

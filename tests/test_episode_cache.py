@@ -65,8 +65,9 @@ def test_episodes_in_lockstep_score_with_their_caches_as_a_whole_pass_and_comput
     assert counts["computed_prompt_tokens"] < counts["prompt_tokens"]
 
 
-@pytest.mark.parametrize(("name", "turns"), (("polyguard", "conversation"), ("json_tasks", "conversation"),
-                                           ("polyguard", "updates")))
+@pytest.mark.parametrize(
+    ("name", "turns"), (("polyguard", "conversation"), ("json_tasks", "conversation"), ("polyguard", "updates"))
+)
 def test_an_episode_as_one_conversation_scores_as_a_whole_pass_and_computes_each_turn_only(random_model, name, turns):
     """Under `turns: conversation` a state's prompt extends the previous state's, answer and all: the cache lends
     all of it, so each state computes the answer before it and the parts that changed (`updates`: the parts only)."""

@@ -65,10 +65,26 @@ def test_no_state_is_an_error():
 
 
 def test_a_conversation_turn_restates_each_changed_section_whole_and_a_grown_list_by_its_new_items():
-    before = _messages("Patient: age 70", "Evidence:", "- [2] renal: avoid", "Steps left: 7", "Candidates:", '- "a"',
-                       '- "b"', "Open items: 2")
-    after = _messages("Patient: age 70", "Evidence:", "- [1] ok", "- [2] renal: avoid", "Steps left: 6",
-                      "Candidates:", '- "b"', "Open items: 2")
+    before = _messages(
+        "Patient: age 70",
+        "Evidence:",
+        "- [2] renal: avoid",
+        "Steps left: 7",
+        "Candidates:",
+        '- "a"',
+        '- "b"',
+        "Open items: 2",
+    )
+    after = _messages(
+        "Patient: age 70",
+        "Evidence:",
+        "- [1] ok",
+        "- [2] renal: avoid",
+        "Steps left: 6",
+        "Candidates:",
+        '- "b"',
+        "Open items: 2",
+    )
     # the evidence kept its item and gained one: its new item only; the candidate list lost one: listed again, whole
     assert changed_sections(before, after) == 'Evidence:\n- [1] ok\nSteps left: 6\nCandidates:\n- "b"'
     assert changed_sections(after, after) == ""
@@ -134,7 +150,8 @@ def test_under_turns_updates_the_conversation_leaves_the_answers_out():
 
     plain, updated = get_spec("polyguard"), get_spec("polyguard", {"turns": "updates"})
     env, state_env = updated.make_env(), plain.make_env()
-    transitions = run_episode(env, updated.make_policy(updated.teacher), 5, "holdout", keep_transitions=True).transitions
+    teacher = updated.make_policy(updated.teacher)
+    transitions = run_episode(env, teacher, 5, "holdout", keep_transitions=True).transitions
     states = [state_env.render(t["observation"]) for t in transitions]
     answers = [t["action"] for t in transitions]
     third = env.render(transitions[2]["observation"])

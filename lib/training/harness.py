@@ -317,9 +317,9 @@ def sft_args(config: RunConfig, run: Run, out: Path, stage: str = "sft"):
 
 
 def sft_batching(config: RunConfig) -> str:
-    """How SFT (and an AggreVaTe round's fit) draws its batches: `prefix` under `env_args.turns: conversation`
-    or `updates` (lib/training/packing.py: a row's prompt is then its episode so far, and a batch is one episode's rows, packed),
-    else `length` (`sft.group_by_length`) or `random`."""
+    """How SFT (and an AggreVaTe round's fit) draws its batches: `prefix` under `env_args.turns: conversation` or
+    `updates` (lib/training/packing.py: a row's prompt is then its episode so far, and a batch is one episode's rows,
+    packed), else `length` (`sft.group_by_length`) or `random`."""
     if config.env_args.get("turns", "state") != "state":
         return "prefix"
     return "length" if config.sft.group_by_length else "random"

@@ -118,24 +118,32 @@ def test_the_conversation_computes_the_first_prompt_then_each_turns_answer_and_c
     assert report["updates_ratio"] > report["conversation_ratio"] > report["ratio"] > 1
 
 
+def _played(turns: str, seed: int = 5):
+    """The teacher's PolyGuard episode of `seed` under `turns`: (that environment, its transitions, each state's
+    one-state messages, the answers given)."""
+    from lib.episodes import run_episode
+
+    spec, state_env = get_spec("polyguard", {"turns": turns}), get_spec("polyguard").make_env()
+    env = spec.make_env()
+    transitions = run_episode(env, spec.make_policy(spec.teacher), seed, "holdout", keep_transitions=True).transitions
+    states = [state_env.render(t["observation"]) for t in transitions]
+    return env, transitions, states, [t["action"] for t in transitions]
+
+
 def test_an_episode_under_turns_conversation_is_rendered_as_one_conversation():
     from lib.envs import EnvironmentArgsError
     from lib.envs.turns import conversation
-    from lib.episodes import run_episode
 
-    plain, talked = get_spec("polyguard"), get_spec("polyguard", {"turns": "conversation"})
-    env, state_env = talked.make_env(), plain.make_env()
-    teacher = talked.make_policy(talked.teacher)
-    transitions = run_episode(env, teacher, 5, "holdout", keep_transitions=True).transitions
-    states = [state_env.render(t["observation"]) for t in transitions]
-    answers = [t["action"] for t in transitions]
+    env, transitions, states, answers = _played("conversation")
     assert len(transitions) >= 3
     assert env.render(transitions[0]["observation"]) == states[0]
     third = env.render(transitions[2]["observation"])
     assert third == conversation(states[:3], answers[:2])
     assert [m["role"] for m in third] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert third[2]["content"] == answers[0] and third[3]["content"] == changed_sections(states[0], states[1])
-    other = talked.make_env().reset(6, "holdout")  # a state of another environment's episode
+    other = (
+        get_spec("polyguard", {"turns": "conversation"}).make_env().reset(6, "holdout")
+    )  # a state of another environment's episode
     with pytest.raises(ValueError, match="current episode"):
         env.render(other)
     with pytest.raises(EnvironmentArgsError, match="turns must be one of"):
@@ -146,16 +154,10 @@ def test_under_turns_updates_the_conversation_leaves_the_answers_out():
     """`updates` holds what the state form holds (no record of the actions taken), written as the conversation's user
     turns: each later state's prompt extends the one before it, so a kept cache still lends it."""
     from lib.envs.turns import conversation
-    from lib.episodes import run_episode
 
-    plain, updated = get_spec("polyguard"), get_spec("polyguard", {"turns": "updates"})
-    env, state_env = updated.make_env(), plain.make_env()
-    teacher = updated.make_policy(updated.teacher)
-    transitions = run_episode(env, teacher, 5, "holdout", keep_transitions=True).transitions
-    states = [state_env.render(t["observation"]) for t in transitions]
-    answers = [t["action"] for t in transitions]
+    env, transitions, states, answers = _played("updates")
     third = env.render(transitions[2]["observation"])
-    assert third == conversation(states[:3], answers[:2], said=False)
+    assert third == conversation(states[:3], answers[:2], with_answers=False)
     assert [m["role"] for m in third] == ["system", "user", "user", "user"]
     assert third[2]["content"] == changed_sections(states[0], states[1])
     assert not any(answer in m["content"] for m in third for answer in answers[:2])

@@ -67,7 +67,9 @@ def prompt_token_report(spec, tokenizer, seeds, split: str) -> dict:
             rendered.append(messages)
             now = prompt_ids(tokenizer, conversation(rendered, answers))  # as `turns: conversation` renders it
             conversed += _new_tokens(conversation_ids, now)
-            told = prompt_ids(tokenizer, conversation(rendered, answers, said=False))  # as `turns: updates` does
+            told = prompt_ids(
+                tokenizer, conversation(rendered, answers, with_answers=False)
+            )  # as `turns: updates` does
             updated += _new_tokens(updates_ids, told)
             previous_ids, previous, conversation_ids, updates_ids = tuple(ids), messages, tuple(now), tuple(told)
             answers.append(t["action"])

@@ -206,7 +206,7 @@ class Environment(ABC):
         return self._obs
 
     def _keep_state(self) -> None:
-        """Under `turns: conversation`, the current observation and its one-state messages, for `render`."""
+        """Under `turns: conversation` or `updates`, the current observation and its one-state messages (`render`)."""
         if self.turns != "state":
             self._said.append((self._obs, self._render_state(self._obs)))
 
@@ -314,7 +314,7 @@ class Environment(ABC):
         for index in range(len(said) - 1, -1, -1):
             if said[index][0] is observation:
                 states = [messages for _, messages in said[: index + 1]]
-                return conversation(states, self._answers[:index], said=self.turns == "conversation")
+                return conversation(states, self._answers[:index], with_answers=self.turns == "conversation")
         raise ValueError(
             f"{self.name}: with turns: {self.turns}, render takes a state of this environment's current episode "
             "(its conversation so far is the prompt); this observation is not one"

@@ -1,6 +1,7 @@
 """An episode written as one conversation (`env_args: {turns: conversation}`): the first state's messages whole, then
-per later state the answer given before it and a user turn of the parts of the state that changed. Built from the
-environment's one renderer's messages, so it holds the same facts in the order they arrived."""
+per later state the answer given before it and a user turn of the parts of the state that changed; under
+`turns: updates` the same without the answers. Built from the environment's one renderer's messages, so it holds the
+same facts in the order they arrived."""
 
 from __future__ import annotations
 
@@ -39,16 +40,16 @@ def changed_sections(before: list[dict], after: list[dict]) -> str:
     return "\n".join(said)
 
 
-def conversation(states: list[list[dict]], answers: list[str], *, said: bool = True) -> list[dict[str, str]]:
+def conversation(states: list[list[dict]], answers: list[str], *, with_answers: bool = True) -> list[dict[str, str]]:
     """An episode's states as one conversation: the first state's messages whole, then for each later state the
     answer given at the one before it and a user turn of the sections that changed (`changed_sections`).
 
-    With `said=False` (`turns: updates`) the answers are left out: the user turns follow one another, so the
+    With `with_answers=False` (`turns: updates`) the answers are left out: the user turns follow one another, so the
     prompt holds what the state form's prompt holds, the state's facts and no record of the actions that led there,
     written as the updates that built it."""
     messages = list(states[0])
     for before, after, answer in zip(states, states[1:], answers):
         turn = changed_sections(before, after)
-        messages += [{"role": "assistant", "content": answer}] if said else []
+        messages += [{"role": "assistant", "content": answer}] if with_answers else []
         messages.append({"role": "user", "content": turn})
     return messages

@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
+def _policies_named(name: str | None) -> list[str]:
+    """The environment's policies a labeller's name rests on: none for unset or `improver` (the teacher's lookahead),
+    the finishing policy for `improver:<policy>`, else the name itself."""
+    if name is None:
+        return []
+    kind, _, reference = name.partition(":")
+    return ([reference] if reference else []) if kind == "improver" else [name]
+
+
 class RunConfig(Strict):
     profile: str
     env: str = Field(description="an environment package under lib/envs/ or a dotted module path defining SPEC")
@@ -98,7 +107,8 @@ class RunConfig(Strict):
         named = {
             "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
             "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or [],
-            "corpus.sft_policy": [self.corpus.sft_policy] if self.corpus.sft_policy not in (None, "improver") else [],
+            "corpus.sft_policy": _policies_named(self.corpus.sft_policy),
+            "aggrevate.labeller": _policies_named(self.aggrevate.labeller),
         }
         for key, names in named.items():
             unknown = sorted(set(names) - set(spec.policies))

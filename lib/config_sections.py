@@ -312,6 +312,12 @@ class AggrevateStageConfig(Strict):
         "adapter on the SFT model is fitted to every round's rows so far (DAgger's aggregate); 1: the SFT policy's "
         "states only",
     )
+    labeller: str = Field(
+        "improver",
+        description="who labels the policy's states: 'improver' (the best candidate when the teacher finishes the "
+        "episode) or 'improver:<policy>' (when that policy of the environment finishes it). On PolyGuard's 200 "
+        "holdout seeds, played as policies: improver 0.887, improver:evidence_expert 0.938, evidence_expert 0.919",
+    )
 
 
 class EvalConfig(Strict):

@@ -333,5 +333,11 @@ class Improver(Policy):
 
 
 def scripted_policy(spec, name: str) -> Policy:
-    """One of the environment's own policies by name, or the generic `improver` reference built on its teacher."""
-    return Improver(spec) if name == Improver.name else spec.make_policy(name)
+    """One of the environment's own policies by name, the generic `improver` reference built on its teacher, or
+    `improver:<policy>`: the same lookahead with the episode finished by that policy of the environment."""
+    kind, _, reference = name.partition(":")
+    if kind != Improver.name:
+        return spec.make_policy(name)
+    if reference and reference not in spec.policies:
+        raise ValueError(f"{name!r}: {spec.name} has no policy {reference!r}; choose from {sorted(spec.policies)}")
+    return Improver(spec, reference or None)

@@ -104,6 +104,8 @@ class Run:
         self.config = config
         self.laps: dict[str, dict[str, float]] = {}  # stage -> {part: seconds}, recorded by `stage_done`
         self.rss_scope: dict[str, str] = {}  # stage -> the scope of its peak_rss_mb (`begin`)
+        self.lap_peaks: dict[str, dict[str, float]] = {}  # stage -> {part: peak RSS MiB while it ran} (`lap`)
+        self.peak_seen: dict[str, float] = {}  # stage -> the highest peak read before a lap reset it
         self.dir.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest() if (self.dir / "manifest.json").exists() else {}
         if not manifest and not is_main():
@@ -167,14 +169,23 @@ class Run:
 
     @contextmanager
     def lap(self, stage: str, part: str):
-        """Time one part of a stage (added up when a part repeats); `stage_done` records the parts as `laps_s`
-        beside the stage's `duration_s`, so a stage record says where its time went."""
+        """Time one part of a stage (added up when a part repeats) and, where the OS can reset the memory peak, the
+        part's own peak resident memory (the highest when it repeats); `stage_done` records them as `laps_s` and
+        `laps_peak_rss_mb` beside the stage's `duration_s` and `peak_rss_mb`, so a stage record says where its time
+        and its memory went. Laps do not nest."""
+        self.peak_seen[stage] = max(self.peak_seen.get(stage, 0.0), peak_rss_mb())  # the stage's peak so far
+        scoped = reset_peak_rss() == "stage"
         began = time.perf_counter()
         try:
             yield
         finally:
             parts = self.laps.setdefault(stage, {})
             parts[part] = round(parts.get(part, 0.0) + time.perf_counter() - began, 2)
+            peak = peak_rss_mb()
+            self.peak_seen[stage] = max(self.peak_seen[stage], peak)
+            if scoped:
+                peaks = self.lap_peaks.setdefault(stage, {})
+                peaks[part] = max(peaks.get(part, 0.0), peak)
 
     def begin(self, stage: str) -> float:
         """A stage starts: its clock (`stage_done`'s `started`) and its memory peak, reset where the OS allows
@@ -214,8 +225,9 @@ class Run:
             "laps_s": self.laps.pop(stage, {}),
             # the stage process's peak resident memory in MiB: since `begin` where the OS could reset it ("stage"),
             # else over the process's life so far ("process": a stage run after others in one process)
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": max(peak_rss_mb(), self.peak_seen.pop(stage, 0.0)),
             "peak_rss_scope": self.rss_scope.pop(stage, "process"),
+            "laps_peak_rss_mb": self.lap_peaks.pop(stage, {}),
             "finished": now(),
         }
         if not is_main():

@@ -21,7 +21,7 @@ from lib.candidates import (
 )
 from lib.envs import get_spec
 from lib.envs.base import Action, parse_action
-from lib.episodes import Improver, Start, play, policy_actor, run_episode
+from lib.episodes import Improver, Start, play, policy_actor, run_episode, scripted_policy
 from lib.inference import model_actor
 
 ENVS = ("polyguard", "sentinel_trust", "sentinel_cluster", "json_tasks")
@@ -175,6 +175,19 @@ def test_improver_episodes_in_lockstep_equal_episodes_played_alone():
     alone = [run_episode(spec.make_env(), Improver(spec), seed, "holdout").episode_return for seed in (3, 4, 5)]
     together = play(spec.make_env, [Start(s, "holdout") for s in (3, 4, 5)], policy_actor(Improver(spec)), batch_size=3)
     assert [e.episode_return for e in together] == alone
+
+
+def test_an_improver_can_finish_its_lookahead_with_another_policy_and_an_unknown_one_is_refused():
+    """`improver:<policy>` is the same lookahead finished by that policy: by policy improvement at least as good as
+    it on average (here the scripted expert, on a few seeds), and a name the environment lacks is a clear error."""
+    spec = get_spec("polyguard")
+    env = spec.make_env()
+    expert = [run_episode(env, spec.make_policy("evidence_expert"), s, "holdout").episode_return for s in range(6)]
+    improved = [run_episode(env, scripted_policy(spec, "improver:evidence_expert"), s, "holdout") for s in range(6)]
+    assert isinstance(scripted_policy(spec, "improver:evidence_expert"), Improver)
+    assert sum(e.episode_return for e in improved) >= sum(expert)
+    with pytest.raises(ValueError, match="has no policy 'nobody'"):
+        scripted_policy(spec, "improver:nobody")
 
 
 def test_a_broken_model_s_scores_are_a_clear_error_not_a_choice():

@@ -8,7 +8,7 @@ import pytest
 from lib.bench.trial_tokens import trial_tokens
 
 
-def _trial(folder, *, rows, train_tokens, played, episodes=10, vs=None, play=True):
+def _trial(folder, *, rows, train_tokens, played, read=None, episodes=10, vs=None, play=True):
     (folder / "sft").mkdir(parents=True)
     stage = {"metrics": {"train_tokens": train_tokens, "rows": rows, "train_runtime_s": 9.0}, "inputs": {}}
     (folder / "sft" / "stage.json").write_text(json.dumps(stage))
@@ -16,7 +16,18 @@ def _trial(folder, *, rows, train_tokens, played, episodes=10, vs=None, play=Tru
         "episodes": episodes,
         "learner": {"turns": "state"},
         "sft-teacher": {"mean": 0.0},
-        **({"play": {"computed_per_state": played, "seconds": 3.0}} if play else {}),
+        **(
+            {
+                "play": {
+                    "computed_per_state": played,
+                    "seconds": 3.0,
+                    "states": 20,
+                    "prompt_tokens": 20 * (read or played),
+                }
+            }
+            if play
+            else {}
+        ),
         **({"vs": {"run": str(vs), "sft-vs": {"mean": 0.01}}} if vs else {}),
     }
     (folder / "sft" / "check_holdout.json").write_text(json.dumps(check))
@@ -24,10 +35,16 @@ def _trial(folder, *, rows, train_tokens, played, episodes=10, vs=None, play=Tru
 
 
 def test_the_ratios_are_before_over_after_per_row_and_per_state(tmp_path):
-    before = _trial(tmp_path / "a", rows=100, train_tokens=50_000, played=330.0)
-    after = _trial(tmp_path / "b", rows=100, train_tokens=20_000, played=110.0, vs=tmp_path / "a")
+    """The played ratio's before is the prompt read whole at each state (no cache); the cached one is beside it."""
+    before = _trial(tmp_path / "a", rows=100, train_tokens=50_000, played=330.0, read=440.0)
+    after = _trial(tmp_path / "b", rows=100, train_tokens=20_000, played=110.0, read=400.0, vs=tmp_path / "a")
     report = trial_tokens(before, after, "holdout")
-    assert report["tokens"] == {"trained_tokens_ratio": 2.5, "played_tokens_ratio": 3.0}
+    assert report["tokens"] == {
+        "trained_tokens_ratio": 2.5,
+        "played_tokens_ratio": 4.0,
+        "played_tokens_ratio_cached_before": 3.0,
+    }
+    assert report["before"]["read_per_state"] == 440.0
     assert report["after-before"] == {"mean": 0.01}
     assert report["before"]["trained_per_row"] == 500.0 and report["after"]["trained_per_row"] == 200.0
 

@@ -62,6 +62,29 @@ def test_each_stage_record_gives_its_own_peak_resident_memory(tmp_path):
     assert rows[RUN_ROW]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in (large, small, unscoped))
 
 
+def test_each_lap_records_its_own_peak_and_the_stage_keeps_the_highest(tmp_path):
+    """A lap resets the memory peak, so each part of a stage says what it held (`laps_peak_rss_mb`); the stage's
+    `peak_rss_mb` is still the highest over all its parts, a large lap's included after a smaller one followed."""
+    import mmap
+
+    from lib.config import load_config
+    from lib.runs import Run
+
+    run = Run(tmp_path / "run", load_config("cpu-smoke"))
+    started = run.begin("grpo")
+    with run.lap("grpo", "play"):
+        big = mmap.mmap(-1, 400 * 1024 * 1024)  # from the kernel, touched (see the test above)
+        big.write(b"\x01" * len(big))
+        big.close()
+    with run.lap("grpo", "train"):
+        pass
+    record = run.stage_done("grpo", started=started, params={}, inputs={}, outputs={}, metrics={})
+    laps = record["laps_peak_rss_mb"]
+    assert set(laps) == {"play", "train"} == set(record["laps_s"])
+    assert laps["play"] >= laps["train"] + 350
+    assert record["peak_rss_mb"] >= laps["play"]
+
+
 def test_each_run_records_the_size_of_onednn_s_kernel_cache_where_one_was_set(monkeypatch):
     """oneDNN's per-shape kernel cache held SmolLM2's SFT memory growing (docs/GUIDE.md); a run made with it sized
     says so in its hardware record."""

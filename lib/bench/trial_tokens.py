@@ -3,10 +3,13 @@
 
 Each run's sft stage record gives the tokens its trainer computed (`train_tokens`) over the rows it trained
 (`rows`; for a record from before that count, the corpus's rows), and its `sft-check` file on `split` gives the
-prompt tokens its play computed per state (`play`, with the seconds). Both checks must have played the same seeds.
-The JSON puts the two ratios, before / after, at the top level (`tokens.trained_tokens_ratio`,
-`tokens.played_tokens_ratio`), beside each run's times and, where the after run was checked `--vs` the before run,
-the paired difference of their returns."""
+prompt tokens its play computed per state (`play`, with the seconds) and the prompt tokens a state held, which is what
+a pass without the episode cache computes (`read_per_state`). Both checks must have played the same seeds.
+The JSON puts the ratios, before / after, at the top level: `tokens.trained_tokens_ratio`, and
+`tokens.played_tokens_ratio`, the before run's prompt read whole at every state (play as it was before the episode
+cache) over the after run's computed tokens; `tokens.played_tokens_ratio_cached_before` divides the before run's
+computed tokens instead (the cache on both sides). Beside them each run's times and, where the after run was checked
+`--vs` the before run, the paired difference of their returns."""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ def _trial(run_dir: Path, split: str) -> dict:
         "peak_rss_mb": stage.get("peak_rss_mb"),
         "episodes": played["episodes"],
         "played_per_state": played["play"]["computed_per_state"],
+        "read_per_state": round(played["play"]["prompt_tokens"] / played["play"]["states"], 1),
         "play_seconds": played["play"]["seconds"],
         "sft-teacher": played["sft-teacher"],
         "_vs": played.get("vs"),
@@ -55,7 +59,8 @@ def trial_tokens(before: Path, after: Path, split: str) -> dict:
     return {
         "tokens": {
             "trained_tokens_ratio": round(was["trained_per_row"] / now["trained_per_row"], 2),
-            "played_tokens_ratio": round(was["played_per_state"] / now["played_per_state"], 2),
+            "played_tokens_ratio": round(was["read_per_state"] / now["played_per_state"], 2),
+            "played_tokens_ratio_cached_before": round(was["played_per_state"] / now["played_per_state"], 2),
         },
         "split": split,
         "before": was,

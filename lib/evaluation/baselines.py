@@ -42,8 +42,9 @@ def run_baselines(
     spec: EnvSpec, split: str, episodes: int, seed: int, policies=None, *, env: str | None = None
 ) -> dict:
     """Every policy in `policies` (default: the reported ones; `improver` names the teacher's one-step
-    improvement, a reference) of environment `spec` on `episodes` seeds from `seed` of `split`. The report names
-    the environment `env` (the registry name, a run's `config.env`; default `spec.name`)."""
+    improvement, a reference, and `improver:<policy>` the same lookahead finished by another policy) of environment
+    `spec` on `episodes` seeds from `seed` of `split`. The report names the environment `env` (the registry name, a
+    run's `config.env`; default `spec.name`)."""
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     env_name, env = env or spec.name, spec.make_env()
@@ -51,7 +52,7 @@ def run_baselines(
     names = list(policies or spec.reported_policies)
     results = {
         name: {
-            "kind": "reference" if name == Improver.name else spec.policy_kind(name),
+            "kind": "reference" if name.partition(":")[0] == Improver.name else spec.policy_kind(name),
             **evaluate_policy(env, scripted_policy(spec, name), seeds, split),
         }
         for name in tqdm(names, desc=f"baselines/{split}")

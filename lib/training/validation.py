@@ -47,7 +47,7 @@ def validation_point(config, model, tokenizer, step: int, **extra) -> dict:
                 (model, tokenizer, {"policy": "grpo", "step": step}),
                 validation_seeds(config.rl.validation_episodes),
                 "train",
-                desc=None,
+                desc=f"validation at step {step}",  # a lap of minutes on a CPU: show it
             )
     finally:
         model.train(was_training)

@@ -315,8 +315,8 @@ class AggrevateStageConfig(Strict):
     labeller: str = Field(
         "improver",
         description="who labels the policy's states: 'improver' (the best candidate when the teacher finishes the "
-        "episode) or 'improver:<policy>' (when that policy of the environment finishes it). On PolyGuard's 200 "
-        "holdout seeds, played as policies: improver 0.887, improver:evidence_expert 0.938, evidence_expert 0.919",
+        "episode) or 'improver:<policy>' (when that policy of the environment finishes it); docs/RESULTS.md "
+        "compares the labellers played as policies",
     )
 
 

@@ -23,8 +23,8 @@ import math
 from collections import Counter
 
 import torch
-from transformers import DynamicCache
 
+from .candidate_passes import score_rows
 from .envs.base import format_action
 
 
@@ -66,6 +66,12 @@ def _shared_prefix(tails: list[tuple[int, ...]]) -> int:
 # 4.7-4.8 s at 1,024 and 5.8 s at 32,768 (2-core Xeon, avx512f): the attention of a large pass outgrows the caches.
 # A GPU wants the large pass.
 PASS_TOKENS = {"cpu": 4_096, "cuda": 32_768}
+# Key/value columns a pass may hold: its rows x (the columns lent to it + its own tokens). A pass copies its rows'
+# lent caches into one padded cache and then appends to it, so late states of a long episode, few new tokens each,
+# would otherwise put 64 rows of 2,000 columns (5.9 GB for SmolLM2 in fp32) into one pass. SmolLM2's RL policy on
+# 32 holdout episodes as updates, in lockstep (2-core AMD EPYC, avx2, fp32): unbounded 298 s at a peak of 8,297 MB,
+# 16,384 columns 279 s and 5,876 MB, 8,192 246 s and 4,463 MB, 4,096 240 s and 3,948 MB (docs/RESULTS.md).
+PASS_COLUMNS = {"cpu": 4_096, "cuda": 262_144}
 
 
 def pass_tokens(device: torch.device) -> int:
@@ -81,6 +87,7 @@ def score_answers(
     answer_batches: list[list[str]],
     max_tokens: int | None = None,
     *,
+    max_columns: int | None = None,
     cache=None,
     keys: list | None = None,
 ) -> list[list[float]]:
@@ -93,7 +100,8 @@ def score_answers(
        which each answer sees its state's cache and its own earlier tokens only (position ids continue the prompt).
     Only the hidden states that predict answer tokens go through the output layer. States are sorted by length and
     batched up to `max_tokens` prompt tokens a pass (default: `pass_tokens` of the model's device; a state longer than
-    that has a pass of its own); the scores come back in the order given. The pass size changes the arithmetic's
+    that has a pass of its own) and up to `max_columns` key/value columns (PASS_COLUMNS); the scores come back in
+    the order given. The pass size changes the arithmetic's
     blocking, so scores differ between pass sizes by float rounding only (about 5e-6).
 
     The tokens that every prompt of the call begins with are read once, in a pass of their own, and their key/value
@@ -111,21 +119,31 @@ def score_answers(
     lent = _lent(model, rows, prefix, cache, keys)
     new = [len(row[0]) - start for row, (start, _) in zip(rows, lent)]
     _tally(rows, new, prefix)
-    order = sorted(range(len(rows)), key=lambda i: new[i])
     scores: list[list[float]] = [[] for _ in rows]
-    begin = 0
-    while begin < len(order):
-        end = begin + 1
-        while end < len(order) and (end + 1 - begin) * new[order[end]] <= max_tokens:
-            end += 1
-        batch = order[begin:end]
+    columns = max_columns or PASS_COLUMNS.get(device.type, PASS_COLUMNS["cuda"])
+    for batch in _passes(new, [start for start, _ in lent], max_tokens, columns):
         kept = None if cache is None else [keys[i] for i in batch]
         for index, values in zip(
-            batch, _score_rows(model, [rows[i] for i in batch], pad, device, [lent[i] for i in batch], cache, kept)
+            batch, score_rows(model, [rows[i] for i in batch], pad, device, [lent[i] for i in batch], cache, kept)
         ):
             scores[index] = values.tolist()
-        begin = end
     return scores
+
+
+def _passes(new: list[int], starts: list[int], max_tokens: int, max_columns: int) -> list[list[int]]:
+    """The states' indices in passes, by their count of new tokens: a pass holds at most `max_tokens` new tokens
+    and `max_columns` key/value columns (its rows x (its longest lent cache + its widest row)); a state over either
+    alone has a pass of its own."""
+    order, passes = sorted(range(len(new)), key=lambda i: new[i]), []
+    for index in order:
+        batch = passes[-1] if passes else []
+        rows, past = len(batch) + 1, max([starts[i] for i in batch] + [starts[index]])
+        if batch and (rows * new[index] > max_tokens or rows * (past + new[index]) > max_columns):
+            batch = []
+        if not batch:
+            passes.append(batch)
+        batch.append(index)
+    return passes
 
 
 def score_episodes(model, tokenizer, episodes: list[list[tuple]], cache_mb: int) -> list[list[list[float]]]:
@@ -235,123 +253,6 @@ def _common_prefix(model, rows, device) -> tuple[int, list[tuple[torch.Tensor, t
         return None
     cache = model.get_decoder()(input_ids=torch.tensor([first[:length]], device=device), use_cache=True).past_key_values
     return length, [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _prompt_pass(model, rows, pad: int, device, lent):
-    """Pass 1: each row's tokens after those its lent cache holds, right-padded. (the model's output with its key/value
-    cache, how many cache columns come before this pass's tokens)"""
-    count, decoder = len(rows), model.get_decoder()
-    starts = [start for start, _ in lent]
-    past = max(starts)
-    width = max(len(shared) - start for (shared, *_), start in zip(rows, starts))
-    ids = torch.full((count, width), pad, dtype=torch.long)
-    for i, ((shared, *_), start) in enumerate(zip(rows, starts)):
-        ids[i, : len(shared) - start] = torch.tensor(shared[start:])
-    if all(layers is lent[0][1] for _, layers in lent):  # one cache lent to every row, or none: no mask needed
-        cache = None
-        if lent[0][1] is not None:  # expanded views: no copy until the pass appends to them
-            layers = [(k.expand(count, *k.shape[1:]), v.expand(count, *v.shape[1:])) for k, v in lent[0][1]]
-            cache = DynamicCache(layers, config=model.config)
-        return decoder(input_ids=ids.to(device), past_key_values=cache, use_cache=True), past
-    # rows lent caches of their own, of different lengths: one padded cache, a mask that hides its padding
-    template = next(layers for _, layers in lent if layers is not None)
-    padded = []
-    for index, (k0, v0) in enumerate(template):
-        keys, values = (
-            k0.new_zeros((count, k0.shape[1], past, k0.shape[3])),
-            v0.new_zeros((count, v0.shape[1], past, v0.shape[3])),
-        )
-        for i, (start, layers) in enumerate(lent):
-            if start:
-                keys[i, :, :start], values[i, :, :start] = layers[index][0][0], layers[index][1][0]
-        padded.append((keys, values))
-    new = torch.tensor([len(shared) - start for (shared, *_), start in zip(rows, starts)])
-    column = torch.arange(width)
-    sees_past = (torch.arange(past)[None, None, :] < torch.tensor(starts)[:, None, None]).expand(count, width, past)
-    sees_new = (column[None, None, :] <= column[None, :, None]) & (column[None, None, :] < new[:, None, None])
-    sees_new = sees_new | torch.eye(width, dtype=torch.bool)[None]  # a padding token sees itself: no row all masked
-    allowed = torch.cat([sees_past, sees_new], dim=2)[:, None]
-    dtype = template[0][0].dtype
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    positions = torch.tensor(starts)[:, None] + column[None, :]
-    first = decoder(
-        input_ids=ids.to(device),
-        position_ids=positions.to(device),
-        attention_mask=mask.to(device),
-        past_key_values=DynamicCache(padded, config=model.config),
-        use_cache=True,
-    )
-    return first, past
-
-
-def _score_rows(model, rows, pad: int, device, lent, cache=None, keys=None) -> list[torch.Tensor]:
-    count = len(rows)
-    starts = [start for start, _ in lent]
-    first, past = _prompt_pass(model, rows, pad, device, lent)
-    news = [len(shared) - start for (shared, *_), start in zip(rows, starts)]
-    if cache is not None:  # before pass 2, which appends the answers' tokens to the same cache
-        for i, key in enumerate(keys):
-            layers = [
-                tuple(
-                    torch.cat([t[i : i + 1, :, : starts[i]], t[i : i + 1, :, past : past + news[i]]], dim=2)
-                    for t in (layer.keys, layer.values)
-                )
-                for layer in first.past_key_values.layers
-            ]
-            cache.keep(key, rows[i][0], layers)
-    width = past + first.last_hidden_state.shape[1]  # the cache's columns: lent (up to `past`), then this pass's
-    # pass 2: the answers' own tokens, a state's answers side by side
-    suffix_width = max(sum(len(t) - common for t in tails) for _, _, common, tails in rows)
-    suffix_ids = torch.full((count, suffix_width), pad, dtype=torch.long)
-    owner = torch.full((count, suffix_width), -1, dtype=torch.long)  # which answer a token is of (-1: padding)
-    positions = torch.zeros((count, suffix_width), dtype=torch.long)
-    for i, (shared, _, common, tails) in enumerate(rows):
-        column = 0
-        for j, tail in enumerate(tails):
-            own = tail[common:]
-            suffix_ids[i, column : column + len(own)] = torch.tensor(own)
-            owner[i, column : column + len(own)] = j
-            positions[i, column : column + len(own)] = torch.arange(len(shared), len(shared) + len(own))
-            column += len(own)
-    cached = torch.arange(width)[None, :]
-    lent_to = torch.tensor(starts)[:, None]
-    computed = (cached < lent_to) | ((cached >= past) & (cached < past + torch.tensor(news)[:, None]))
-    real = owner >= 0
-    sees_prompt = computed[:, None, :] & real[:, :, None]
-    column = torch.arange(suffix_width)
-    sees_own = (
-        (owner[:, None, :] == owner[:, :, None]) & (column[None, None, :] <= column[None, :, None]) & real[:, :, None]
-    )
-    sees_own |= torch.eye(suffix_width, dtype=torch.bool)[None]  # a padding token sees itself: no row is all masked
-    allowed = torch.cat([sees_prompt, sees_own], dim=2)[:, None]
-    dtype = first.last_hidden_state.dtype
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    second = model.get_decoder()(
-        input_ids=suffix_ids.to(device),
-        position_ids=positions.to(device),
-        attention_mask=mask.to(device),
-        past_key_values=first.past_key_values,
-        use_cache=False,
-    )
-    # every answer token with the hidden state that predicts it
-    vectors, targets, answer_of = [], [], []
-    total = 0
-    for i, (_, prompt_length, common, tails) in enumerate(rows):
-        column = 0
-        for j, tail in enumerate(tails):
-            own = tail[common:]
-            predictors = [first.last_hidden_state[i, prompt_length - 1 + q - starts[i]] for q in range(common + 1)]
-            predictors += [second.last_hidden_state[i, column + q] for q in range(len(own) - 1)]
-            vectors += predictors
-            targets += list(tail)
-            answer_of += [total + j] * len(tail)
-            column += len(own)
-        total += len(tails)
-    logprobs = model.get_output_embeddings()(torch.stack(vectors)).float().log_softmax(-1)
-    picked = logprobs[torch.arange(len(targets), device=logprobs.device), torch.tensor(targets, device=logprobs.device)]
-    sums = torch.zeros(total, dtype=torch.double, device=logprobs.device)
-    sums = sums.index_add(0, torch.tensor(answer_of, device=logprobs.device), picked.double())
-    return list(sums.split([len(tails) for *_, tails in rows]))
 
 
 def distribution(logprobs: list[float], temperature: float = 1.0) -> list[float]:

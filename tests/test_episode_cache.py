@@ -145,6 +145,40 @@ def test_a_cache_lends_only_the_tokens_it_shares(random_model):
     assert _close(scores, _whole(model, tokenizer, other[:1]))
 
 
+def test_a_pass_holds_at_most_its_key_value_columns_and_scores_the_same(random_model, monkeypatch):
+    from lib import candidates
+    from lib.candidates import _passes
+
+    # rows lent 100 columns: two fit 300 columns (2 x 105), a third does not; rows lent none share a pass
+    assert _passes([5, 5, 5, 5], [100, 100, 0, 0], 4096, 300) == [[0, 1], [2, 3]]
+    assert _passes([5, 5], [100, 100], 4096, 1) == [[0], [1]]  # a state over the bound alone has a pass of its own
+    assert _passes([5, 5, 5], [0, 0, 0], 10, 10**6) == [[0, 1], [2]]  # the new tokens' bound still holds
+    model, tokenizer = random_model
+    episodes = _episodes("polyguard", range(4), 4)
+    passes = []
+    score_rows = candidates.score_rows
+    monkeypatch.setattr(
+        candidates, "score_rows", lambda m, rows, *rest: passes.append(rest[2]) or score_rows(m, rows, *rest)
+    )
+    for columns in (None, 1):
+        cache = EpisodeCache(256)
+        for step in range(max(map(len, episodes))):
+            live = [(seed, states[step]) for seed, states in enumerate(episodes) if step < len(states)]
+            passes.clear()
+            scores = score_answers(
+                model,
+                tokenizer,
+                [m for _, (m, _) in live],
+                [a for _, (_, a) in live],
+                max_columns=columns,
+                cache=cache,
+                keys=[seed for seed, _ in live],
+            )
+            assert len(passes) == (len(live) if columns == 1 else 1)
+            assert _close(scores, _whole(model, tokenizer, [s for _, s in live]))
+        assert cache.stats["lent"] > 0
+
+
 def test_a_cache_over_its_budget_is_not_kept_and_changes_no_score(random_model):
     model, tokenizer = random_model
     [states] = _episodes("sentinel_trust", [2], 3)

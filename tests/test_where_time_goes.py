@@ -85,6 +85,24 @@ def test_each_lap_records_its_own_peak_and_the_stage_keeps_the_highest(tmp_path)
     assert record["peak_rss_mb"] >= laps["play"]
 
 
+def test_a_lap_after_a_large_freed_heap_records_only_its_own_peak(tmp_path):
+    """Freed small objects stay in the allocator's heap, resident; a lap hands them back before it resets the peak,
+    so a lap after a large one does not carry the large one's memory as its own."""
+    from lib.config import load_config
+    from lib.runs import Run
+
+    run = Run(tmp_path / "run", load_config("cpu-smoke"))
+    started = run.begin("grpo")
+    with run.lap("grpo", "play"):
+        held = [bytearray(b"\x01" * 4096) for _ in range(100_000)]  # about 400 MB in heap-sized pieces
+        kept = held[::64]  # a few stay alive among them, so the heap cannot shrink from its top alone
+        del held
+    with run.lap("grpo", "train"):
+        pass
+    laps = run.stage_done("grpo", started=started, params={}, inputs={}, outputs={}, metrics={})["laps_peak_rss_mb"]
+    assert laps["train"] <= laps["play"] - 300 and len(kept) == 1_563
+
+
 def test_each_run_records_the_size_of_onednn_s_kernel_cache_where_one_was_set(monkeypatch):
     """oneDNN's per-shape kernel cache held SmolLM2's SFT memory growing (docs/GUIDE.md); a run made with it sized
     says so in its hardware record."""

@@ -74,9 +74,10 @@ PASS_TOKENS = {"cpu": 4_096, "cuda": 32_768}
 PASS_COLUMNS = {"cpu": 4_096, "cuda": 262_144}
 
 
-def pass_tokens(device: torch.device) -> int:
-    """How many prompt tokens `score_answers` puts in one forward pass on `device` (PASS_TOKENS; cuda's elsewhere)."""
-    return PASS_TOKENS.get(device.type, PASS_TOKENS["cuda"])
+def pass_tokens(device: torch.device, bounds: dict[str, int] = PASS_TOKENS) -> int:
+    """How many prompt tokens `score_answers` puts in one forward pass on `device` (PASS_TOKENS, or another table of
+    bounds such as PASS_COLUMNS; cuda's elsewhere)."""
+    return bounds.get(device.type, bounds["cuda"])
 
 
 @torch.no_grad()
@@ -120,7 +121,7 @@ def score_answers(
     new = [len(row[0]) - start for row, (start, _) in zip(rows, lent)]
     _tally(rows, new, prefix)
     scores: list[list[float]] = [[] for _ in rows]
-    columns = max_columns or PASS_COLUMNS.get(device.type, PASS_COLUMNS["cuda"])
+    columns = max_columns or pass_tokens(device, PASS_COLUMNS)
     for batch in _passes(new, [start for start, _ in lent], max_tokens, columns):
         kept = None if cache is None else [keys[i] for i in batch]
         for index, values in zip(

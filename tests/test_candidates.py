@@ -198,8 +198,10 @@ def test_a_broken_model_s_scores_are_a_clear_error_not_a_choice():
 
 
 def test_pass_size_follows_the_device():
-    from lib.candidates import PASS_TOKENS, pass_tokens
+    from lib.candidates import PASS_COLUMNS, PASS_TOKENS, pass_tokens
 
     assert pass_tokens(torch.device("cpu")) == PASS_TOKENS["cpu"] < PASS_TOKENS["cuda"]
     assert pass_tokens(torch.device("cuda", 0)) == PASS_TOKENS["cuda"]
     assert pass_tokens(torch.device("meta")) == PASS_TOKENS["cuda"]  # any other accelerator: the large pass
+    assert pass_tokens(torch.device("cpu"), PASS_COLUMNS) == PASS_COLUMNS["cpu"] < PASS_COLUMNS["cuda"]
+    assert pass_tokens(torch.device("meta"), PASS_COLUMNS) == PASS_COLUMNS["cuda"]

@@ -108,7 +108,6 @@ class RunConfig(Strict):
             "grpo.reference_policy": [self.grpo.reference_policy] if self.grpo.reference_policy else [],
             "corpus.grpo_rollout_policies": self.corpus.grpo_rollout_policies or [],
             "corpus.sft_policy": _policies_named(self.corpus.sft_policy),
-            "aggrevate.labeller": _policies_named(self.aggrevate.labeller),
         }
         for key, names in named.items():
             unknown = sorted(set(names) - set(spec.policies))

@@ -89,6 +89,13 @@ RETIRED: dict[str, tuple[Any, str]] = {
         "training one drawn turn per episode trained 96 of 656 played turns in 241 CPU s where every turn trained 650 "
         "of 659 in 154 s: docs/RESULTS.md, '2026-11-26: learning per CPU-minute'; retired for sft.group_by_length",
     ),
+    "aggrevate.labeller": (
+        "improver",
+        "the lookahead finished by evidence_expert labelled a learner worse than the teacher's lookahead did: "
+        "-0.131 [-0.210, -0.054] (holdout), -0.081 [-0.156, -0.010] (novel), SmolLM2 seed 0, 17 exploit ends "
+        "of 100 against 3; docs/RESULTS.md, '2026-12-07 (evening)'. `baselines --policies improver:<policy>` still "
+        "plays such a labeller",
+    ),
     "grpo.improver_margin": (
         0.0,
         "now the improver's own FUTURE_MARGIN, 0.01 where outcomes are drawn (trust seed 0: validation 0.708 against "

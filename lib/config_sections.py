@@ -312,12 +312,6 @@ class AggrevateStageConfig(Strict):
         "adapter on the SFT model is fitted to every round's rows so far (DAgger's aggregate); 1: the SFT policy's "
         "states only",
     )
-    labeller: str = Field(
-        "improver",
-        description="who labels the policy's states: 'improver' (the best candidate when the teacher finishes the "
-        "episode) or 'improver:<policy>' (when that policy of the environment finishes it); docs/RESULTS.md "
-        "compares the labellers played as policies",
-    )
 
 
 class EvalConfig(Strict):

@@ -154,13 +154,14 @@ def test_unknown_environment_is_a_clear_error_listing_the_known_ones():
         load_config("cpu-smoke", {"env": "nope"})
     with pytest.raises(ConfigError, match=r"grpo.reference_policy: \['ghost'\] are not policies of 'polyguard'"):
         load_config("cpu-smoke", {"grpo.reference_policy": "ghost"})
-    # a labeller's lookahead is finished by a policy the environment must have
-    with pytest.raises(ConfigError, match=r"aggrevate.labeller: \['ghost'\] are not policies of 'polyguard'"):
-        load_config("cpu-smoke", {"aggrevate.labeller": "improver:ghost"})
-    with pytest.raises(ConfigError, match=r"corpus.sft_policy: \['ghost'\] are not policies"):
+    # an improver's lookahead is finished by a policy the environment must have
+    with pytest.raises(ConfigError, match=r"corpus.sft_policy: \['ghost'\] are not policies of 'polyguard'"):
         load_config("cpu-smoke", {"corpus.sft_policy": "improver:ghost"})
-    chosen = load_config("cpu-smoke", {"aggrevate.labeller": "improver:evidence_expert"})
-    assert chosen.aggrevate.labeller == "improver:evidence_expert"
+    chosen = load_config("cpu-smoke", {"corpus.sft_policy": "improver:evidence_expert"})
+    assert chosen.corpus.sft_policy == "improver:evidence_expert"
+    # the RL stage's labeller was measured and retired: naming it is an error with its evidence
+    with pytest.raises(ConfigError, match=r"aggrevate.labeller: retired, .*-0.131 \[-0.210, -0.054\]"):
+        load_config("cpu-smoke", {"aggrevate.labeller": "improver:evidence_expert"})
 
 
 def test_a_spec_naming_a_policy_it_does_not_define_is_refused():

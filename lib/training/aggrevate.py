@@ -4,8 +4,7 @@ GRPO learns from the policy's samples, and a sharp SFT rarely samples the answer
 (Ross and Bagnell, 2014) brings the signal from outside the samples: the SFT policy plays fresh train episodes
 (greedy, its own path), and at every state it reached the improver, which scores every offered candidate by its
 return when the teacher finishes the episode (the argmax of the teacher's Q, lib/episodes.py: Improver), names the
-best one (`aggrevate.labeller: improver:<policy>` finishes the episode with another of the environment's
-policies instead). TRL's SFTTrainer then fits a new adapter on top of the SFT model to those labels. It is one round of
+best one. TRL's SFTTrainer then fits a new adapter on top of the SFT model to those labels. It is one round of
 approximate policy iteration: the labels come from the environment's returns, read through the simulator on train
 seeds, never from the evaluated splits.
 
@@ -130,7 +129,7 @@ def _play(config, run: Run, stage: str, base_model: str, round_: int, rounds: li
         with run.lap(stage, "validation"):
             _validate(curve, policy, sum(r["steps"] for r in rounds), round_ - 1)
     with run.lap(stage, "policy's episodes, improver's labels"):
-        labelled, agree = labelled_rows(config, policy, seeds, config.aggrevate.labeller, Improver.name)
+        labelled, agree = labelled_rows(config, policy, seeds, Improver.name, Improver.name)
         del policy
     if not labelled:
         raise ValueError(f"rl.algorithm aggrevate: the policy's {len(seeds)} episodes reached no state to label")
@@ -189,7 +188,6 @@ def _stage_metrics(config, rounds: list[dict], rows: list[dict], losses: list[fl
     return {
         "mode": "aggrevate",  # the record's name for the algorithm (GRPO's records: grpo.mode)
         "label_source": "improver",
-        "labeller": config.aggrevate.labeller,  # the lookahead's finishing policy: improver:<policy>, or the teacher
         "rounds": rounds,
         "episodes": config.corpus.sft_episodes * config.aggrevate.rounds,
         "rows": len(rows),

@@ -84,5 +84,5 @@ def render(observation: Observation, list_candidates: bool = True, trust_marks: 
     # said last, nearest the answer (as PolyGuard's open items), restating what the lines above show: this
     # subtask's stakes band and allowance, and each slot's overall record ranked
     lines.append(f"Stakes now: {o.band}; verify allowance {o.verify_allowance}")
-    lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o)}")
+    lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o, trust_marks)}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

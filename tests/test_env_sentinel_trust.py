@@ -168,42 +168,6 @@ def test_the_trust_ranking_line_names_the_teachers_slot_first():
     assert decisions > 50
 
 
-def test_trust_marks_say_low_exactly_where_the_teachers_line_falls_and_change_nothing_else():
-    """`env_args: {trust_marks: true}`: each ranked trust under the teacher's line is followed by `low`, so at a
-    high-stakes state with allowance left the first slot's mark is the teacher's choice to verify; the rest of the
-    prompt is the unmarked one, word for word, and the default renders no mark. A bad value is a clear error."""
-    marked, plain = get_spec("sentinel_trust", {"trust_marks": True}).make_env(), SentinelTrustEnv()
-    checked = {True: 0, False: 0}
-    for seed in range(12):
-        teacher = SPEC.make_policy("heuristic")
-        teacher.begin(seed)
-        observation, twin = marked.reset(seed, "holdout"), plain.reset(seed, "holdout")
-        while True:
-            with_marks, without = marked.render(observation), plain.render(twin)
-            ranking = with_marks[1]["content"].splitlines()[-1].split(": ", 1)[1].split()
-            lines, unmarked = with_marks[1]["content"].splitlines(), without[1]["content"].splitlines()
-            assert lines[:-1] == unmarked[:-1] and lines[-1].replace(" low", "") == unmarked[-1]
-            assert " low" not in without[1]["content"].splitlines()[-1]
-            slots = [i for i, word in enumerate(ranking) if word in SLOTS]
-            for i in slots:  # every value's mark, read back from the prompt
-                low = i + 2 < len(ranking) and ranking[i + 2] == "low"
-                e = next(x for x in observation.slots if x.slot == ranking[i])
-                assert low == ((e.right + 1) / (e.calls + 2) < 0.65)
-            answer = teacher.act(observation, marked)
-            action = json.loads(answer)["action"]
-            if observation.band == "high" and observation.verify_allowance > 0:
-                first_low = len(ranking) > 2 and ranking[2] == "low"
-                assert (action.split(":")[0] == "verify") == first_low
-                checked[first_low] += 1
-            result, twin_result = marked.step(answer), plain.step(answer)
-            if result.done:
-                break
-            observation, twin = result.observation, twin_result.observation
-    assert checked[True] > 5 and checked[False] > 5
-    with pytest.raises(ValueError, match="trust_marks must be true or false, got 'yes'"):
-        get_spec("sentinel_trust", {"trust_marks": "yes"})
-
-
 def _teacher_history(seed: int, steps: int) -> list[str]:
     env = SentinelTrustEnv()
     return run_episode(env, SPEC.make_policy(SPEC.teacher), seed, "train", keep_transitions=True).transitions[steps][

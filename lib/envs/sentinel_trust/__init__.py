@@ -1,8 +1,5 @@
 """SENTINEL-trust, the trust-orchestration environment (README.md here; DATA.md for where the numbers come from)."""
 
-import dataclasses
-from functools import partial
-
 from ..spec import EnvSpec
 from .attacks import ANTI_CHEAT_RULES, HARMFUL_ATTACKS
 from .env import SentinelTrustEnv
@@ -29,14 +26,4 @@ SPEC = EnvSpec(
     "stakes) and learns whom to trust and when to check",
 )
 
-
-def make_spec(trust_marks: bool = False) -> EnvSpec:
-    """The spec whose prompts mark each overall trust under the teacher's line with `low` when `trust_marks`
-    (`env_args: {trust_marks: true}`; render.py); false, SPEC itself. The facts are the prompt's own: the mark
-    restates a value the ranked trust line shows, rounded to two places."""
-    if not isinstance(trust_marks, bool):
-        raise ValueError(f"sentinel_trust: trust_marks must be true or false, got {trust_marks!r}")
-    return dataclasses.replace(SPEC, make_env=partial(SentinelTrustEnv, True)) if trust_marks else SPEC
-
-
-__all__ = ["SPEC", "SentinelTrustEnv", "make_spec", "render"]
+__all__ = ["SPEC", "SentinelTrustEnv", "render"]

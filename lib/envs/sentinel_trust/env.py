@@ -8,7 +8,6 @@ and a shuffled set of candidate actions with ids; the policy answers with one JS
 from __future__ import annotations
 
 import random
-from functools import partial
 from typing import Any
 
 from ..base import Candidate, Environment
@@ -50,13 +49,6 @@ class SentinelTrustEnv(Environment):
     weights = WEIGHTS
     renderer = staticmethod(render)
     stochastic = True  # whether a specialist (or the orchestrator) answers right is a draw
-
-    def __init__(self, trust_marks: bool = False):
-        if not isinstance(trust_marks, bool):
-            raise ValueError(f"sentinel_trust: trust_marks must be true or false, got {trust_marks!r}")
-        self.trust_marks = trust_marks  # the environment argument: render.py marks a trust under the teacher's line
-        if trust_marks:
-            self.renderer = partial(render, trust_marks=True)
 
     # ---- the episode (the base class runs reset and step) ---------------------------------------
     def _begin(self, internal_seed: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ..base import candidate_lines
 from .observation import Observation, SlotEvidence
-from .policies import TRUST_VERIFY_BELOW
 from .scenario import BANDS, DOMAINS
 
 SYSTEM_PROMPT = (
@@ -47,20 +46,17 @@ def slot_line(e: SlotEvidence) -> str:
     )
 
 
-def trust_ranking(observation: Observation, marks: bool = False) -> str:
+def trust_ranking(observation: Observation) -> str:
     """Each slot's overall (right+1)/(calls+2) over every call, highest first (equal values in slot order), slots
     caught wrong on this subtask left out while any other remains. Derived from the evidence lines above; it
-    ignores band, domain, recency and cost, which the evidence also shows. With `marks`, a value under
-    TRUST_VERIFY_BELOW (the line where the teacher stops taking a high-stakes answer unchecked) is followed by `low`."""
+    ignores band, domain, recency and cost, which the evidence also shows."""
     usable = [e for e in observation.slots if e.slot not in observation.failed_here] or list(observation.slots)
     ranked = sorted(usable, key=lambda e: -(e.right + 1) / (e.calls + 2))  # stable: equal values keep slot order
-    trust = [(e.slot, (e.right + 1) / (e.calls + 2)) for e in ranked]
-    return " ".join(f"{slot} {t:.2f}" + (" low" if marks and t < TRUST_VERIFY_BELOW else "") for slot, t in trust)
+    return " ".join(f"{e.slot} {(e.right + 1) / (e.calls + 2):.2f}" for e in ranked)
 
 
-def render(observation: Observation, list_candidates: bool = True, trust_marks: bool = False) -> list[dict[str, str]]:
-    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it.
-    `trust_marks` (the environment argument): the ranked trust line marks each value under the teacher's line."""
+def render(observation: Observation, list_candidates: bool = True) -> list[dict[str, str]]:
+    """The one prompt renderer: SFT data, GRPO rollouts, evaluation and post-save inference all call it."""
     o = observation
     right, wrong, skipped = o.tally
     upcoming = ", ".join(f"{name} {n}" for name, n in zip(BANDS, o.upcoming) if n) or "none"
@@ -84,5 +80,5 @@ def render(observation: Observation, list_candidates: bool = True, trust_marks: 
     # said last, nearest the answer (as PolyGuard's open items), restating what the lines above show: this
     # subtask's stakes band and allowance, and each slot's overall record ranked
     lines.append(f"Stakes now: {o.band}; verify allowance {o.verify_allowance}")
-    lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o, trust_marks)}")
+    lines.append(f"Overall trust (right+1)/(calls+2), highest first: {trust_ranking(o)}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

@@ -152,6 +152,7 @@ def test_sft_pads_smollm2_batches_to_a_multiple_of_64_and_leaves_the_tiny_model_
         config = load_config(profile)
         args = sft_args(config, Run(tmp_path / profile, config), tmp_path / profile)
         assert args.pad_to_multiple_of == multiple
-    assert sft_batching(load_config("cpu-smollm2-polyguard")) == "length"
+    assert sft_batching(load_config("cpu-smollm2-polyguard")) == "prefix"
+    assert sft_batching(load_config("cpu-smollm2-polyguard", {"env_args": {"turns": "state"}})) == "length"
     assert sft_batching(load_config("cpu-smoke", {"env_args": {"turns": "conversation"}})) == "prefix"
     assert sft_batching(load_config("cpu-smoke", {"env_args": {"turns": "updates"}})) == "prefix"

@@ -59,3 +59,43 @@ def test_checks_of_other_lengths_or_without_a_play_record_are_refused(tmp_path):
         trial_tokens(before, old, "holdout")
     with pytest.raises(FileNotFoundError, match="sft-check --split holdout_novel"):
         trial_tokens(before, old, "holdout_novel")
+
+
+def _trained_on(folder, hardware, tokens_per_s=300.0):
+    (folder / "sft").mkdir(parents=True)
+    (folder / "corpus").mkdir()
+    (folder / "corpus" / "sft.jsonl").write_text("{}\n")
+    (folder / "manifest.json").write_text(json.dumps({"hardware": hardware}))
+    stage = {"metrics": {"tokens_per_s": tokens_per_s}, "inputs": {"sft.jsonl": "./corpus/sft.jsonl"}}
+    (folder / "sft" / "stage.json").write_text(json.dumps(stage))
+    return folder
+
+
+HERE = {"cpu": "AMD EPYC (avx512f)", "cpu_count": 2, "cpu_bf16": ["avx512_bf16"], "cuda": False}
+
+
+def test_sft_of_bare_is_the_run_s_rate_over_its_bare_loop_timed_here(tmp_path, monkeypatch):
+    from lib.bench import bench_learner
+    from lib.bench import trial_tokens as module
+
+    run = _trained_on(tmp_path / "r", HERE)
+    monkeypatch.setattr("lib.runs.read_config", lambda _: "config")
+    seen = {}
+
+    def bare(config, rows, steps):
+        seen.update(config=config, rows=rows, steps=steps)
+        return {"steps": steps, "tokens": 4000, "seconds": 8.0, "tokens_per_s": 500.0}
+
+    monkeypatch.setattr(bench_learner, "bare_loop", bare)
+    result = module.sft_of_bare(run, 3, here=HERE)
+    assert result["ratio"] == 0.6 and seen == {"config": "config", "rows": [{}], "steps": 3}
+
+
+def test_sft_of_bare_refuses_a_run_trained_on_other_hardware_or_without_a_rate(tmp_path):
+    from lib.bench.trial_tokens import sft_of_bare
+
+    zen3 = {**HERE, "cpu": "AMD EPYC", "cpu_bf16": []}
+    with pytest.raises(ValueError, match="other hardware than this machine.*cpu_bf16"):
+        sft_of_bare(_trained_on(tmp_path / "a", zen3), 3, here=HERE)
+    with pytest.raises(ValueError, match="no tokens_per_s"):
+        sft_of_bare(_trained_on(tmp_path / "b", HERE, tokens_per_s=None), 3, here=HERE)

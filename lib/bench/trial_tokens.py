@@ -9,7 +9,11 @@ The JSON puts the ratios, before / after, at the top level: `tokens.trained_toke
 `tokens.played_tokens_ratio`, the before run's prompt read whole at every state (play as it was before the episode
 cache) over the after run's computed tokens; `tokens.played_tokens_ratio_cached_before` divides the before run's
 computed tokens instead (the cache on both sides). Beside them each run's times and, where the after run was checked
-`--vs` the before run, the paired difference of their returns."""
+`--vs` the before run, the paired difference of their returns.
+
+With `--bare-steps N`, `tokens.sft_of_bare` is the after run's SFT tokens/s over its bare loop's (`bare_loop` of
+lib/bench/bench_learner.py: the same model, precision, adapters and corpus rows, forward and backward by hand), the
+loop timed now over N steps. Only on the machine the run trained on: a manifest naming another CPU is refused."""
 
 from __future__ import annotations
 
@@ -69,10 +73,46 @@ def trial_tokens(before: Path, after: Path, split: str) -> dict:
     }
 
 
+# what must match between the run's recorded hardware and this machine for a tokens/s ratio to mean anything
+SAME_MACHINE = ("cpu", "cpu_count", "cpu_bf16", "cuda")
+
+
+def sft_of_bare(run_dir: Path, steps: int, here: dict | None = None) -> dict:
+    """The run's SFT tokens/s over its bare loop's, the loop timed now (see the module docstring). `here` is this
+    machine's hardware record (lib/provenance.py), given by tests."""
+    from ..io import read_records
+    from ..provenance import hardware
+    from ..runs import read_config
+
+    run_dir = Path(run_dir)
+    recorded = json.loads((run_dir / "manifest.json").read_text()).get("hardware", {})
+    here = here or hardware()
+    other = {k: (recorded.get(k), here.get(k)) for k in SAME_MACHINE if recorded.get(k) != here.get(k)}
+    if other:
+        raise ValueError(f"{run_dir} trained on other hardware than this machine (recorded, here): {other}")
+    stage = json.loads((run_dir / "sft" / "stage.json").read_text())
+    rate = stage["metrics"].get("tokens_per_s")
+    if not rate:
+        raise ValueError(f"{run_dir}/sft/stage.json records no tokens_per_s: rerun its sft stage")
+    from .bench_learner import bare_loop
+
+    rows = read_records(run_dir / stage["inputs"]["sft.jsonl"], missing_ok=False)
+    bare = bare_loop(read_config(run_dir), rows, steps)
+    return {
+        "cpu": here.get("cpu"),
+        "sft_tokens_per_s": rate,
+        "bare_loop": bare,
+        "ratio": round(rate / bare["tokens_per_s"], 2),
+    }
+
+
 def _run(args) -> int:
     from ..io import atomic_write_json
 
     report = trial_tokens(args.before, args.after, args.split)
+    if args.bare_steps:
+        report["sft_of_bare"] = sft_of_bare(args.after, args.bare_steps)
+        report["tokens"]["sft_of_bare"] = report["sft_of_bare"]["ratio"]
     print(json.dumps({k: report[k] for k in ("tokens", "after-before")}, indent=2))
     if args.out:
         atomic_write_json(args.out, report)
@@ -90,5 +130,12 @@ def add_parser(verbs) -> None:
     t.add_argument("--before", type=Path, required=True, help="the baseline run (its sft stage and sft-check)")
     t.add_argument("--after", type=Path, required=True, help="the changed run, checked on the same seeds")
     t.add_argument("--split", default="holdout", choices=["holdout", "holdout_novel"])
+    t.add_argument(
+        "--bare-steps",
+        type=int,
+        default=0,
+        help="also time the after run's bare loop over this many steps, on the machine it trained on, and give its "
+        "SFT tokens/s over the loop's (tokens.sft_of_bare)",
+    )
     t.add_argument("--out", type=Path, default=None)
     t.set_defaults(func=_run)

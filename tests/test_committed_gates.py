@@ -28,7 +28,7 @@ def test_a_committed_gpu_run_fails_only_the_checks_that_need_the_weights_it_was_
 
 @pytest.mark.slow
 def test_the_claim_run_passes_every_check_from_its_committed_files(tmp_path):
-    run = REPO / "outputs" / "smollm2-polyguard-s0"
+    run = REPO / "outputs" / "pg-upd-s0"
     copy = tmp_path / run.name
     shutil.copytree(run, copy)
     assert not (copy / "sft" / "model").exists() and not (copy / "export" / "merged").exists()  # as committed

@@ -13,7 +13,7 @@ from tests.committed import committed_runs
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 RESULTS = (REPO / "docs" / "RESULTS.md").read_text()
-CLAIM_RUN = REPO / "outputs" / "smollm2-polyguard-s0"
+CLAIM_RUN = REPO / "outputs" / "pg-upd-s0"
 BLOCK = re.compile(
     r"<!-- generated: python -m lib summary (?P<runs>[^>]+?) -->\n(?P<body>.*?)<!-- end generated -->", re.S
 )
@@ -23,6 +23,10 @@ def test_the_readme_is_a_front_page_of_at_most_120_lines_built_on_the_claim_run(
     assert len(README.splitlines()) <= 120  # a user's guide; lab notes go to docs/
     assert "PROFILE=cpu-smollm2-polyguard make run" in README
     assert f"<!-- generated: python -m lib summary outputs/{CLAIM_RUN.name} -->" in README
+    # the caption counts the trained policies' episodes, not the untrained reference row's fewer (20 a split)
+    played = __import__("json").loads((CLAIM_RUN / "evaluate" / "eval.json").read_text())["splits"]["holdout"]
+    assert played["policies"]["untrained"]["n"] < played["policies"]["grpo"]["n"]
+    assert f"{played['policies']['grpo']['n']} episodes per split, greedy" in README
 
 
 def test_every_generated_table_is_what_the_summary_command_prints_for_its_committed_run():

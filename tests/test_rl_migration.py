@@ -152,7 +152,7 @@ def test_the_committed_aggrevate_claim_run_replays_its_evaluated_episodes(tmp_pa
     from lib.serve import replay
 
     run_dir = tmp_path / "claim"
-    shutil.copytree(REPO / "outputs" / "smollm2-polyguard-s0", run_dir)
+    shutil.copytree(REPO / "outputs" / "pg-upd-s0", run_dir)
     assert not (run_dir / "evaluate" / "episodes.jsonl").exists() and not (run_dir / "sft" / "model").exists()
     summary = replay.record(run_dir)
     assert summary["source"] == "evaluate/episodes.jsonl"

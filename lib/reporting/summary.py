@@ -75,7 +75,7 @@ def run_results(run_dir: Path | str, splits: tuple[str, ...] = ("holdout", "hold
     gate = read_json_record(run_dir / "gate.json", "the run's gate verdict")
     config = _config(run_dir)
     rl = rl_label(config)
-    n = next(iter(report["splits"][splits[0]]["policies"].values()))["n"]
+    n = max(p["n"] for p in report["splits"][splits[0]]["policies"].values())  # a row played on fewer says so itself
     lines = [
         f"`{run_dir.name}`: {report['env']}, profile `{report['profile']}`, learner `{config['model']['name']}`, "
         f"SFT then {rl}, {n} episodes per split, greedy.",

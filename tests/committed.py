@@ -5,6 +5,8 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the README's claim run: its table, its gate from the committed files, its replay
+CLAIM_RUN = REPO / "outputs" / "pg-upd-s0"
 
 
 def committed_runs() -> list[Path]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lib.gate import run_gate
+from tests.committed import CLAIM_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_RUNS = sorted(p for p in (REPO / "bench").glob("run_gpu-*") if (p / "evaluate" / "eval.json").is_file())
@@ -28,7 +29,7 @@ def test_a_committed_gpu_run_fails_only_the_checks_that_need_the_weights_it_was_
 
 @pytest.mark.slow
 def test_the_claim_run_passes_every_check_from_its_committed_files(tmp_path):
-    run = REPO / "outputs" / "pg-upd-s0"
+    run = CLAIM_RUN
     copy = tmp_path / run.name
     shutil.copytree(run, copy)
     assert not (copy / "sft" / "model").exists() and not (copy / "export" / "merged").exists()  # as committed

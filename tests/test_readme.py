@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from lib.reporting.summary import run_results
-from tests.committed import committed_runs
+from tests.committed import CLAIM_RUN, committed_runs
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 RESULTS = (REPO / "docs" / "RESULTS.md").read_text()
-CLAIM_RUN = REPO / "outputs" / "pg-upd-s0"
 BLOCK = re.compile(
     r"<!-- generated: python -m lib summary (?P<runs>[^>]+?) -->\n(?P<body>.*?)<!-- end generated -->", re.S
 )

@@ -13,6 +13,7 @@ import pytest
 from lib.config import load_config, migrate_config, rl_label, rl_stage_params
 from lib.gate import GateFailure, _manifest, run_gate
 from lib.runs import read_config
+from tests.committed import CLAIM_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 GRPO_RUN = REPO / "outputs" / "20261126-161448-cpu-smoke"
@@ -152,7 +153,7 @@ def test_the_committed_aggrevate_claim_run_replays_its_evaluated_episodes(tmp_pa
     from lib.serve import replay
 
     run_dir = tmp_path / "claim"
-    shutil.copytree(REPO / "outputs" / "pg-upd-s0", run_dir)
+    shutil.copytree(CLAIM_RUN, run_dir)
     assert not (run_dir / "evaluate" / "episodes.jsonl").exists() and not (run_dir / "sft" / "model").exists()
     summary = replay.record(run_dir)
     assert summary["source"] == "evaluate/episodes.jsonl"

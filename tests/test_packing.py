@@ -1,11 +1,20 @@
 """Prefix packing (lib/training/packing.py): a batch's rows as one tree of tokens, each shared beginning computed
 once, with the loss and the gradients of the rows themselves."""
 
+import json
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lib.training.packing import IGNORE, EpisodeBatches, episode_key, pack
+from lib.training.packing import (
+    IGNORE,
+    TRUNK_ATTENTION,
+    EpisodeBatches,
+    _register_trunk_attention,
+    episode_key,
+    pack,
+)
 
 
 def _model():
@@ -48,10 +57,18 @@ def _row_losses(model, rows):
     return total
 
 
-def _packed_loss(model, batch):
+def _packed_loss(model, batch, trunk: bool = False):
     allowed = batch["packed_mask"]
     mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask).logits
+    extra = {}
+    if trunk:  # the trainer's path (PrefixPackedSFTTrainer.compute_loss): the trunk's causal block computed apart
+        _register_trunk_attention()
+        model.config._attn_implementation, extra["trunk_length"] = TRUNK_ATTENTION, int(batch["trunk_length"])
+    try:
+        inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
+        logits = model(**inputs, **extra).logits
+    finally:
+        model.config._attn_implementation = "sdpa"
     logprobs, targets = logits[0].log_softmax(-1), batch["shift_labels"][0]
     keep = targets != IGNORE
     return -logprobs[keep].gather(1, targets[keep][:, None]).sum()
@@ -69,6 +86,45 @@ def test_the_packed_loss_and_gradients_are_the_rows_own():
     assert torch.allclose(got, expected, atol=1e-4), (float(got), float(expected))
     for name, p in model.named_parameters():
         assert torch.allclose(p.grad, grads[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_trunk_attention_gives_the_rows_own_loss_and_gradients(multiple):
+    model = _model()
+    expected = _row_losses(model, ROWS)
+    expected.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    got = _packed_loss(model, pack(ROWS, pad_id=0, multiple=multiple), trunk=True)
+    got.backward()
+    assert torch.allclose(got, expected, atol=1e-4), (float(got), float(expected))
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, grads[name], atol=1e-5), name
+
+
+def test_the_longest_row_is_laid_out_first_and_its_block_of_the_mask_is_causal():
+    batch = pack(ROWS, pad_id=0, multiple=32)
+    trunk, allowed = int(batch["trunk_length"]), batch["packed_mask"][0, 0]
+    assert trunk == len(ROWS[0]["input_ids"])  # row 0 is the longest chain: its 11 tokens, in its order
+    assert batch["input_ids"][0, :trunk].tolist() == ROWS[0]["input_ids"]
+    assert batch["position_ids"][0, :trunk].tolist() == list(range(trunk))
+    assert torch.equal(allowed[:trunk, :trunk], torch.ones(trunk, trunk, dtype=torch.bool).tril())
+    assert not allowed[:trunk, trunk:].any()  # no trunk token sees a branch
+    # every other token sees only tokens laid out before it, and itself
+    assert not allowed.triu(diagonal=1).any()
+
+
+def test_trunk_attention_without_a_trunk_is_plain_sdpa():
+    model = _model()
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9]])
+    expected = model(input_ids=ids).logits
+    _register_trunk_attention()
+    model.config._attn_implementation = TRUNK_ATTENTION
+    try:
+        got = model(input_ids=ids).logits
+    finally:
+        model.config._attn_implementation = "sdpa"
+    assert torch.allclose(got, expected, atol=1e-6)
 
 
 def test_rows_share_their_beginning_but_each_keeps_the_token_that_predicts_its_answer():
@@ -129,6 +185,9 @@ def test_sft_under_turns_conversation_trains_packed_rows_on_fewer_tokens(tmp_pat
     held = sum(len(prompt_ids(tokenizer, r["prompt"])) + 8 for r in rows)  # each row alone, answers not counted
     assert 0 < sft["train_tokens"] < 0.6 * held, (sft["train_tokens"], held)
     assert sft["loss_last"] < sft["loss_first"]
+    logged = [json.loads(line) for line in (run.stage_dir("sft") / "train_log.jsonl").read_text().splitlines()]
+    shares = [entry["trunk_share"] for entry in logged if "trunk_share" in entry]
+    assert shares and all(0 < share <= 1 for share in shares)  # the trunk's causal block computed apart
 
 
 @pytest.mark.slow

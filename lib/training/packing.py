@@ -7,8 +7,11 @@ tokens: rows that begin alike share the nodes of their common beginning, each ro
 last prompt token, which predicts the answer's first, and its answer). Every token sees its ancestors only (a 4D
 attention mask) at the position it has in its own row, so each answer token is predicted from exactly the tokens of
 its own row: the loss of a packed batch is the loss of its rows, to float rounding (tests/test_packing.py), over
-fewer tokens. `EpisodeBatches` makes each batch one episode's rows, so the episode's conversation is computed
-once; `PrefixPackedSFTTrainer` is TRL's SFTTrainer with those batches and that mask.
+fewer tokens. The tree's longest chain (under `turns: updates`, the episode's last prompt and its answer) is laid out
+first, so its block of the mask is causal: under SDPA the trainer computes that block with the kernel's causal path,
+which skips the masked half, and only the branches under the mask (`trunk_attention`). `EpisodeBatches` makes
+each batch one episode's rows, so the episode's conversation is computed once; `PrefixPackedSFTTrainer` is TRL's
+SFTTrainer with those batches and that mask.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def pack(examples: list[dict], pad_id: int, multiple: int | None = None) -> dict
     """The rows `examples` (each `input_ids` and `labels`, -100 on its prompt: TRL's prepared rows) as one packed
     sequence: `input_ids`, `position_ids` (each token's position in its own row), `packed_mask` (True where a token
     may attend: its ancestors and itself), `shift_labels` (each token's next token where that one carries loss, else
-    -100), `labels` (all -100; the trainer reads `shift_labels`) and `packed_tokens` (the tokens before padding),
+    -100), `labels` (all -100; the trainer reads `shift_labels`), `packed_tokens` (the tokens before padding) and
+    `trunk_length` (the longest chain of the tree, laid out first: its tokens see exactly the tokens before them),
     padded to a multiple of `multiple` with tokens that see themselves only."""
     ids: list[int] = []
     parent: list[int] = []
@@ -58,6 +62,10 @@ def pack(examples: list[dict], pad_id: int, multiple: int | None = None) -> dict
             at = shared[at, token]
         for q in range(start - 1, len(row)):  # its own branch: the token before the answer, then the answer
             at = node(row[q], at, labels[q + 1] if q + 1 < len(row) else IGNORE)
+    order, trunk = _trunk_first(parent)  # the longest chain first: a causal block (`trunk_attention`)
+    new_index = {old: new for new, old in enumerate(order)}
+    ids, targets, depth = ([values[old] for old in order] for values in (ids, targets, depth))
+    parent = [new_index[parent[old]] if parent[old] >= 0 else -1 for old in order]
     real = len(ids)
     width = -(-real // multiple) * multiple if multiple else real
     allowed = torch.zeros((width, width), dtype=torch.bool)
@@ -75,7 +83,57 @@ def pack(examples: list[dict], pad_id: int, multiple: int | None = None) -> dict
         "shift_labels": torch.tensor([targets + [IGNORE] * pad]),
         "labels": torch.full((1, width), IGNORE),
         "packed_tokens": torch.tensor(real),
+        "trunk_length": torch.tensor(trunk),
     }
+
+
+def _trunk_first(parent: list[int]) -> tuple[list[int], int]:
+    """(an order of the tree's nodes, the length of its trunk): the longest chain down from the first node comes
+    first, then every other node in its given order, each still after its ancestors. A trunk node's ancestors are
+    exactly the trunk nodes before it, so the first `trunk` rows of the mask are causal (`trunk_attention`)."""
+    if not parent:
+        return [], 0
+    height = [0] * len(parent)  # the longest chain below a node; a child always comes after its parent
+    for node in reversed(range(len(parent))):
+        if parent[node] >= 0:
+            height[parent[node]] = max(height[parent[node]], height[node] + 1)
+    children: dict[int, list[int]] = {}
+    for node, above in enumerate(parent):
+        children.setdefault(above, []).append(node)
+    chain = [0]
+    while children.get(chain[-1]):
+        chain.append(max(children[chain[-1]], key=lambda child: (height[child], -child)))
+    on_chain = set(chain)
+    return chain + [node for node in range(len(parent)) if node not in on_chain], len(chain)
+
+
+TRUNK_ATTENTION = "sdpa_packed_trunk"
+
+
+def trunk_attention(module, query, key, value, attention_mask, trunk_length=None, **kwargs):
+    """SDPA for a packed batch laid out trunk first (`pack`): the trunk's tokens attend causally among themselves
+    (the kernel's causal path, which skips the masked half), then the branches' tokens attend under their rows of the
+    4D mask. The same attention as one masked call, to float rounding; without `trunk_length`, plain SDPA."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    if not trunk_length:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if kwargs.get("dropout"):
+        raise ValueError("trunk attention: attention dropout is not supported")
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    trunk, scale = int(trunk_length), kwargs.get("scaling")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    parts = [sdpa(query[:, :, :trunk], key[:, :, :trunk], value[:, :, :trunk], is_causal=True, scale=scale)]
+    if query.shape[2] > trunk:
+        parts.append(sdpa(query[:, :, trunk:], key, value, attn_mask=attention_mask[:, :, trunk:], scale=scale))
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _register_trunk_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(TRUNK_ATTENTION, trunk_attention)
 
 
 class PrefixPacker:
@@ -133,11 +191,23 @@ def packed_trainer_class():
                 ~allowed, torch.finfo(dtype).min
             )
             real = int(inputs.pop("packed_tokens").sum())
+            trunk = int(inputs.pop("trunk_length").max())
             before = self._total_train_tokens
-            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+            if config._attn_implementation == "sdpa":  # the trunk's causal half skipped (`trunk_attention`)
+                _register_trunk_attention()
+                config._attn_implementation, inputs["trunk_length"] = TRUNK_ATTENTION, trunk
+                try:
+                    result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+                finally:
+                    config._attn_implementation = "sdpa"
+            else:
+                result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             if model.training:  # TRL counts a 2D mask's tokens; this mask is 4D
                 self._total_train_tokens = before + real
                 self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+                # the tokens computed under the trunk's causal attention (0 where attention is not SDPA)
+                self._metrics["train"]["trunk_share"].append(trunk / real if "trunk_length" in inputs else 0.0)
             return result
 
     return PrefixPackedSFTTrainer

@@ -7,14 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lib.training.packing import (
-    IGNORE,
-    TRUNK_ATTENTION,
-    EpisodeBatches,
-    _register_trunk_attention,
-    episode_key,
-    pack,
-)
+from lib.training.packing import IGNORE, EpisodeBatches, episode_key, pack, trunk_attention_on
 
 
 def _model():
@@ -60,15 +53,13 @@ def _row_losses(model, rows):
 def _packed_loss(model, batch, trunk: bool = False):
     allowed = batch["packed_mask"]
     mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    extra = {}
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
     if trunk:  # the trainer's path (PrefixPackedSFTTrainer.compute_loss): the trunk's causal block computed apart
-        _register_trunk_attention()
-        model.config._attn_implementation, extra["trunk_length"] = TRUNK_ATTENTION, int(batch["trunk_length"])
-    try:
-        inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
-        logits = model(**inputs, **extra).logits
-    finally:
-        model.config._attn_implementation = "sdpa"
+        with trunk_attention_on(model) as split:
+            assert split
+            logits = model(**inputs, trunk_length=int(batch["trunk_length"])).logits
+    else:
+        logits = model(**inputs).logits
     logprobs, targets = logits[0].log_softmax(-1), batch["shift_labels"][0]
     keep = targets != IGNORE
     return -logprobs[keep].gather(1, targets[keep][:, None]).sum()
@@ -118,12 +109,10 @@ def test_trunk_attention_without_a_trunk_is_plain_sdpa():
     model = _model()
     ids = torch.tensor([[1, 5, 6, 7, 8, 9]])
     expected = model(input_ids=ids).logits
-    _register_trunk_attention()
-    model.config._attn_implementation = TRUNK_ATTENTION
-    try:
+    with trunk_attention_on(model) as split:
+        assert split and model.config._attn_implementation != "sdpa"
         got = model(input_ids=ids).logits
-    finally:
-        model.config._attn_implementation = "sdpa"
+    assert model.config._attn_implementation == "sdpa"  # put back
     assert torch.allclose(got, expected, atol=1e-6)
 
 

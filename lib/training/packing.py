@@ -16,6 +16,7 @@ SFTTrainer with those batches and that mask.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 
@@ -130,10 +131,23 @@ def trunk_attention(module, query, key, value, attention_mask, trunk_length=None
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _register_trunk_attention() -> None:
+@contextlib.contextmanager
+def trunk_attention_on(model):
+    """Within: `model` (a PEFT model or a transformers one) attends with `trunk_attention`, where it attends with SDPA
+    (yields True; any other implementation is left alone and it yields False). Its own implementation is put back
+    after, so what it saves or plays later is unchanged."""
     from transformers import AttentionInterface
 
+    config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+    if config._attn_implementation != "sdpa":
+        yield False
+        return
     AttentionInterface.register(TRUNK_ATTENTION, trunk_attention)
+    config._attn_implementation = TRUNK_ATTENTION
+    try:
+        yield True
+    finally:
+        config._attn_implementation = "sdpa"
 
 
 class PrefixPacker:
@@ -193,21 +207,15 @@ def packed_trainer_class():
             real = int(inputs.pop("packed_tokens").sum())
             trunk = int(inputs.pop("trunk_length").max())
             before = self._total_train_tokens
-            config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
-            if config._attn_implementation == "sdpa":  # the trunk's causal half skipped (`trunk_attention`)
-                _register_trunk_attention()
-                config._attn_implementation, inputs["trunk_length"] = TRUNK_ATTENTION, trunk
-                try:
-                    result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-                finally:
-                    config._attn_implementation = "sdpa"
-            else:
+            with trunk_attention_on(model) as split:  # the trunk's causal half skipped under SDPA
+                if split:
+                    inputs["trunk_length"] = trunk
                 result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             if model.training:  # TRL counts a 2D mask's tokens; this mask is 4D
                 self._total_train_tokens = before + real
                 self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
                 # the tokens computed under the trunk's causal attention (0 where attention is not SDPA)
-                self._metrics["train"]["trunk_share"].append(trunk / real if "trunk_length" in inputs else 0.0)
+                self._metrics["train"]["trunk_share"].append(trunk / real if split else 0.0)
             return result
 
     return PrefixPackedSFTTrainer

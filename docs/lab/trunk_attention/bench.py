@@ -26,14 +26,13 @@ from lib.io import atomic_write_json
 from lib.models import load_model, lora_config, resolved_precision
 from lib.provenance import hardware
 from lib.runs import read_config
-from lib.training.packing import IGNORE, TRUNK_ATTENTION, _register_trunk_attention, episode_key, pack
+from lib.training.packing import IGNORE, episode_key, pack, trunk_attention_on
 
 run_dir, episodes = Path(sys.argv[1]), int(sys.argv[2])
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 config = read_config(run_dir)
 model, tokenizer, _ = load_model(config.model.name, config.model)
 model = get_peft_model(model, lora_config(config.model, model))
-_register_trunk_attention()
 corpus = run_dir / "corpus" / "sft.jsonl"
 text = corpus.read_text() if corpus.exists() else gzip.decompress(corpus.with_suffix(".jsonl.gz").read_bytes()).decode()
 rows = [json.loads(line) for line in text.splitlines()]
@@ -50,16 +49,13 @@ dtype = model.get_input_embeddings().weight.dtype
 def step(batch, trunk: bool) -> tuple[float, float]:
     allowed = batch["packed_mask"]
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    config_ = model.get_base_model().config
-    extra = {"trunk_length": int(batch["trunk_length"])} if trunk else {}
-    config_._attn_implementation = TRUNK_ATTENTION if trunk else "sdpa"
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
     start = time.perf_counter()
-    try:
-        logits = model(
-            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask, **extra
-        ).logits
-    finally:
-        config_._attn_implementation = "sdpa"
+    if trunk:
+        with trunk_attention_on(model):
+            logits = model(**inputs, trunk_length=int(batch["trunk_length"])).logits
+    else:
+        logits = model(**inputs).logits
     targets = batch["shift_labels"][0]
     keep = targets != IGNORE
     loss = -logits[0].float().log_softmax(-1)[keep].gather(1, targets[keep][:, None]).sum()

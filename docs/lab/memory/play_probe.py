@@ -33,8 +33,9 @@ class Counted(episode_cache.EpisodeCache):
 
 
 episode_cache.EpisodeCache = Counted
-config = override_config(read_config(run_dir), {"eval.batch_size": batch}, "play probe")
-entry = model_artifacts(config, Run(run_dir, config))["grpo"]
+recorded = read_config(run_dir)  # the run folder opens with the config it was made with; play uses the override
+config = override_config(recorded, {"eval.batch_size": batch}, "play probe")
+entry = model_artifacts(recorded, Run(run_dir, recorded))["grpo"]
 loaded = load_policy_model(entry["model"], config.model, entry["adapter"])
 arm = _play(config, loaded, split_seeds(config, split)[:episodes], split, f"columns {columns}, batch {batch}")
 record = {k: v for k, v in arm.items() if not k.startswith("_")}

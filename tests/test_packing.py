@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lib.training.packing import IGNORE, EpisodeBatches, episode_key, pack, trunk_attention_on
+from lib.training.packing import IGNORE, EpisodeBatches, additive_mask, episode_key, pack, trunk_attention_on
 
 
 def _model():
@@ -51,8 +51,7 @@ def _row_losses(model, rows):
 
 
 def _packed_loss(model, batch, trunk: bool = False):
-    allowed = batch["packed_mask"]
-    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    mask = additive_mask(batch["packed_mask"], torch.float32)
     inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
     if trunk:  # the trainer's path (PrefixPackedSFTTrainer.compute_loss): the trunk's causal block computed apart
         with trunk_attention_on(model) as split:

@@ -131,6 +131,12 @@ def trunk_attention(module, query, key, value, attention_mask, trunk_length=None
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`pack`'s boolean `packed_mask` as the additive 4D mask a model reads: 0 where a token may attend, the dtype's
+    lowest value where it may not."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 @contextlib.contextmanager
 def trunk_attention_on(model):
     """Within: `model` (a PEFT model or a transformers one) attends with `trunk_attention`, where it attends with SDPA
@@ -199,11 +205,8 @@ def packed_trainer_class():
             return self.accelerator.prepare(DataLoader(dataset, batch_sampler=batches, collate_fn=self.data_collator))
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            allowed = inputs.pop("packed_mask")
             dtype = model.get_input_embeddings().weight.dtype
-            inputs["attention_mask"] = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-                ~allowed, torch.finfo(dtype).min
-            )
+            inputs["attention_mask"] = additive_mask(inputs.pop("packed_mask"), dtype)
             real = int(inputs.pop("packed_tokens").sum())
             trunk = int(inputs.pop("trunk_length").max())
             before = self._total_train_tokens

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from peft import get_peft_model
 
 from lib.candidates import answer_ids, prompt_ids
@@ -26,7 +25,7 @@ from lib.io import atomic_write_json
 from lib.models import load_model, lora_config, resolved_precision
 from lib.provenance import hardware
 from lib.runs import read_config
-from lib.training.packing import IGNORE, episode_key, pack, trunk_attention_on
+from lib.training.packing import IGNORE, additive_mask, episode_key, pack, trunk_attention_on
 
 run_dir, episodes = Path(sys.argv[1]), int(sys.argv[2])
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
@@ -47,8 +46,7 @@ dtype = model.get_input_embeddings().weight.dtype
 
 
 def step(batch, trunk: bool) -> tuple[float, float]:
-    allowed = batch["packed_mask"]
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    mask = additive_mask(batch["packed_mask"], dtype)
     inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "attention_mask": mask}
     start = time.perf_counter()
     if trunk:
